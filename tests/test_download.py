@@ -1,0 +1,279 @@
+"""Downloads through file:// URLs and a loopback HTTP server (Range requests, resume)."""
+from __future__ import annotations
+
+import hashlib
+import http.server
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tutorial_lib.data import registry
+from tutorial_lib.data.download import download_file, ensure_dataset, sha256_of
+from tutorial_lib.data.registry import DatasetSpec, FileSpec, FileStats, get_spec
+from tutorial_lib.errors import ChecksumError, DatasetUnavailableError
+
+PAYLOAD = bytes(range(256)) * 400 + b"tail"  # 102,404 bytes
+SHA = hashlib.sha256(PAYLOAD).hexdigest()
+
+
+def _part(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".part")
+
+
+@pytest.fixture
+def src(tmp_path) -> Path:
+    p = tmp_path / "src" / "file.bin"
+    p.parent.mkdir()
+    p.write_bytes(PAYLOAD)
+    return p
+
+
+# ------------------------------------------------------------------------------------------------
+# file:// URLs
+
+
+def test_download_with_checksum(tmp_path, src):
+    dest = tmp_path / "out" / "file.bin"
+    assert download_file(src.as_uri(), dest, sha256=SHA, expected_size=len(PAYLOAD)) == dest
+    assert dest.read_bytes() == PAYLOAD
+    assert not _part(dest).exists()
+    assert sha256_of(dest) == SHA
+
+
+def test_checksum_mismatch_leaves_nothing(tmp_path, src):
+    dest = tmp_path / "out" / "file.bin"
+    with pytest.raises(ChecksumError) as info:
+        download_file(src.as_uri(), dest, sha256="0" * 64)
+    msg = str(info.value)
+    assert "0" * 64 in msg and SHA in msg and "file.bin" in msg
+    assert not dest.exists() and not _part(dest).exists()
+
+
+def test_size_mismatch_leaves_nothing(tmp_path, src):
+    dest = tmp_path / "file.bin"
+    with pytest.raises(ChecksumError):
+        download_file(src.as_uri(), dest, expected_size=len(PAYLOAD) + 1)
+    assert not dest.exists() and not _part(dest).exists()
+
+
+def test_urls_are_tried_in_order(tmp_path, src):
+    dest = tmp_path / "file.bin"
+    missing = (tmp_path / "nowhere" / "file.bin").as_uri()
+    download_file([missing, src.as_uri()], dest, sha256=SHA)
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_unreachable_names_file_urls_and_folder(tmp_path):
+    dest = tmp_path / "data" / "Beauty" / "Beauty.txt"
+    urls = [(tmp_path / "a.txt").as_uri(), (tmp_path / "b.txt").as_uri()]
+    with pytest.raises(DatasetUnavailableError) as info:
+        download_file(urls, dest, sha256=SHA)
+    msg = str(info.value)
+    assert "Beauty.txt" in msg and urls[0] in msg and urls[1] in msg and str(dest.parent) in msg
+    assert not dest.exists()
+
+
+def test_file_url_ignores_range_and_restarts(tmp_path, src):
+    dest = tmp_path / "file.bin"
+    _part(dest).write_bytes(b"garbage that is not a prefix")
+    download_file(src.as_uri(), dest, sha256=SHA)
+    assert dest.read_bytes() == PAYLOAD and not _part(dest).exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# a loopback HTTP server with Range support
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    payload = PAYLOAD
+    honour_range = True
+    log: list[tuple[str | None, int]] = []
+
+    def do_GET(self):  # noqa: N802 (http.server API)
+        rng = self.headers.get("Range")
+        data, start = self.payload, 0
+        if rng and self.honour_range:
+            start = int(rng.split("=", 1)[1].split("-", 1)[0])
+            if start >= len(data):
+                self.log.append((rng, 416))
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(data)}")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.log.append((rng, 206))
+        else:
+            self.send_response(200)
+            self.log.append((rng, 200))
+        body = data[start:]
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # keep pytest output clean
+        pass
+
+
+@pytest.fixture
+def server():
+    handler = type("H", (_Handler,), {"log": [], "honour_range": True})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield handler, f"http://127.0.0.1:{httpd.server_address[1]}/file.bin"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+
+
+def test_http_download(tmp_path, server):
+    handler, url = server
+    dest = tmp_path / "file.bin"
+    download_file(url, dest, sha256=SHA, timeout=5)
+    assert dest.read_bytes() == PAYLOAD
+    assert handler.log == [(None, 200)]
+
+
+def test_http_resume_from_partial_file(tmp_path, server):
+    handler, url = server
+    dest = tmp_path / "file.bin"
+    _part(dest).write_bytes(PAYLOAD[:40_000])  # an interrupted earlier download
+    download_file(url, dest, sha256=SHA, expected_size=len(PAYLOAD), timeout=5)
+    assert dest.read_bytes() == PAYLOAD and not _part(dest).exists()
+    assert handler.log == [("bytes=40000-", 206)]  # only the rest was transferred
+
+
+def test_http_server_ignoring_range_restarts(tmp_path, server):
+    handler, url = server
+    handler.honour_range = False
+    dest = tmp_path / "file.bin"
+    _part(dest).write_bytes(PAYLOAD[:40_000])
+    download_file(url, dest, sha256=SHA, timeout=5)
+    assert dest.read_bytes() == PAYLOAD  # not 40,000 bytes too many
+    assert handler.log == [("bytes=40000-", 200)]
+
+
+def test_http_stale_partial_file_is_redownloaded(tmp_path, server):
+    handler, url = server
+    dest = tmp_path / "file.bin"
+    _part(dest).write_bytes(b"x" * 1000)  # not a prefix of the file: resume gives a bad checksum
+    download_file(url, dest, sha256=SHA, timeout=5)
+    assert dest.read_bytes() == PAYLOAD
+    assert handler.log == [("bytes=1000-", 206), (None, 200)]
+
+
+def test_http_complete_partial_file(tmp_path, server):
+    handler, url = server
+    dest = tmp_path / "file.bin"
+    _part(dest).write_bytes(PAYLOAD)  # finished, but not yet renamed
+    download_file(url, dest, sha256=SHA, expected_size=len(PAYLOAD), timeout=5)
+    assert dest.read_bytes() == PAYLOAD
+    assert handler.log == [(f"bytes={len(PAYLOAD)}-", 416)]
+
+
+# ------------------------------------------------------------------------------------------------
+# ensure_dataset
+
+
+def test_missing_dataset_gives_instructions(tmp_path):
+    with pytest.raises(DatasetUnavailableError) as info:
+        ensure_dataset("beauty", root=tmp_path, download=False)
+    msg = str(info.value)
+    spec = get_spec("beauty")
+    assert "Beauty.txt" in msg and spec.main_file.urls[0] in msg
+    assert str(tmp_path / "Beauty") in msg
+    assert "python -m tutorial_lib datasets --download beauty" in msg
+    assert "SEQREC_DATA_DIR" in msg
+    assert not (tmp_path / "Beauty").exists()  # nothing created without download=True
+
+
+def test_missing_locker_lists_required_files(tmp_path):
+    (tmp_path / "Beauty_LOCKER").mkdir()
+    (tmp_path / "Beauty_LOCKER" / "train.json").write_text("{}")
+    with pytest.raises(DatasetUnavailableError) as info:
+        ensure_dataset("beauty-locker", root=tmp_path)
+    msg = str(info.value)
+    assert "val.json" in msg and "test.json" in msg and "train.json" not in msg.split("\n")[1]
+
+
+def _fake(monkeypatch, spec: DatasetSpec) -> None:
+    monkeypatch.setitem(registry.DATASETS, spec.name, spec)
+
+
+def test_ensure_dataset_downloads_and_verifies(tmp_path, monkeypatch):
+    src = tmp_path / "pub" / "tiny.txt"
+    src.parent.mkdir()
+    src.write_bytes(b"1 1 2 3\n2 2 3\n")
+    sha = sha256_of(src)
+    spec = DatasetSpec("tiny", "Tiny", "Tiny", (FileSpec("tiny.txt", (src.as_uri(),), sha),),
+                       registry.USER_LINES, "none", FileStats(2, 3, 5, 2.5, 2))
+    _fake(monkeypatch, spec)
+    root = tmp_path / "data"
+    folder = ensure_dataset("TINY", root=root, download=True)
+    assert folder == root / "Tiny" and (folder / "tiny.txt").read_bytes() == src.read_bytes()
+    assert ensure_dataset("tiny", root=root) == folder  # now present without downloading
+
+
+def test_ensure_dataset_extracts_archive_member(tmp_path, monkeypatch):
+    archive = tmp_path / "pub" / "bundle.zip"
+    archive.parent.mkdir()
+    content = b"1\t1\t5\t10\n1\t2\t3\t11\n"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("bundle/u.data", content)
+        zf.writestr("bundle/u.item", "1|One|\n2|Two|\n")
+    f = FileSpec("u.data", (archive.as_uri(),), hashlib.sha256(content).hexdigest(),
+                 archive_member="bundle/u.data", archive_filename="bundle.zip")
+    titles = FileSpec("u.item", (archive.as_uri(),), None, required=False,
+                      archive_member="bundle/u.item", archive_filename="bundle.zip")
+    spec = DatasetSpec("zipped", "Zipped", "zipped", (f, titles), registry.MOVIELENS, "none",
+                       FileStats(1, 2, 2, 2.0, 2), titles_file="u.item")
+    _fake(monkeypatch, spec)
+    folder = ensure_dataset("zipped", root=tmp_path / "data", download=True)
+    assert (folder / "u.data").read_bytes() == content
+    assert (folder / "u.item").read_text() == "1|One|\n2|Two|\n"
+    assert not (folder / "bundle.zip").exists()  # removed once every member is extracted
+
+
+def test_archive_member_checksum_mismatch(tmp_path, monkeypatch):
+    archive = tmp_path / "pub" / "bundle.zip"
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("bundle/u.data", "1\t1\t5\t10\n")
+    f = FileSpec("u.data", (archive.as_uri(),), "f" * 64, archive_member="bundle/u.data",
+                 archive_filename="bundle.zip")
+    _fake(monkeypatch, DatasetSpec("zipped", "Zipped", "zipped", (f,), registry.MOVIELENS, "none",
+                                   FileStats(1, 1, 1, 1.0, 1)))
+    with pytest.raises(ChecksumError):
+        ensure_dataset("zipped", root=tmp_path / "data", download=True)
+    folder = tmp_path / "data" / "zipped"
+    assert not (folder / "u.data").exists() and not (folder / "u.data.part").exists()
+
+
+def test_unknown_checksum_is_verified_by_statistics(tmp_path, monkeypatch):
+    src = tmp_path / "pub" / "pairs.txt"
+    src.parent.mkdir()
+    src.write_text("1 1\n1 2\n2 1\n")
+    good = DatasetSpec("pairs", "Pairs", "pairs", (FileSpec("pairs.txt", (src.as_uri(),), None),),
+                       registry.PAIRS, "none", FileStats(2, 2, 3, 1.5, 1), verify_by_stats=True)
+    _fake(monkeypatch, good)
+    assert (ensure_dataset("pairs", root=tmp_path / "ok", download=True) / "pairs.txt").exists()
+    bad = DatasetSpec("pairs", "Pairs", "pairs", good.files, registry.PAIRS, "none",
+                      FileStats(2, 2, 4, 2.0, 2), verify_by_stats=True)
+    _fake(monkeypatch, bad)
+    with pytest.raises(ChecksumError, match="3 interactions"):
+        ensure_dataset("pairs", root=tmp_path / "bad", download=True)
+    assert not (tmp_path / "bad" / "pairs" / "pairs.txt").exists()
+
+
+def test_download_failure_through_ensure_dataset(tmp_path, monkeypatch):
+    f = FileSpec("gone.txt", ((tmp_path / "gone.txt").as_uri(),), None)
+    _fake(monkeypatch, DatasetSpec("gone", "Gone", "Gone", (f,), registry.USER_LINES, "none",
+                                   FileStats(1, 1, 1, 1.0, 1)))
+    with pytest.raises(DatasetUnavailableError) as info:
+        ensure_dataset("gone", root=tmp_path / "data", download=True)
+    assert str(tmp_path / "data" / "Gone") in str(info.value)

@@ -1,0 +1,157 @@
+"""Command line: ``python -m tutorial_lib {datasets,models,train} ...``."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from .errors import TutorialLibError
+
+EPILOG = "Without --dataset, `train` runs on the embedded synthetic data (offline, about a minute on a CPU)."
+
+
+def _parse_option(text: str) -> tuple[str, object]:
+    """``key=value`` with the value parsed as int, float, bool or None when it looks like one."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--option expects key=value, got {text!r}")
+    key, value = text.split("=", 1)
+    low = value.lower()
+    if low in ("true", "false"):
+        return key, low == "true"
+    if low == "none":
+        return key, None
+    for cast in (int, float):
+        try:
+            return key, cast(value)
+        except ValueError:
+            pass
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=__doc__, epilog=EPILOG)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ds = sub.add_parser("datasets", help="list every dataset, whether it is available, and its statistics")
+    ds.add_argument("--data-dir", help="data directory (default: $SEQREC_DATA_DIR, then data/cache/)")
+    ds.add_argument("--download", nargs="+", metavar="NAME", help="download these datasets (sha256-verified)")
+
+    sub.add_parser("models", help="list the registered models and their options")
+
+    tr = sub.add_parser("train", help="train one model on one dataset and append a row to results/runs.csv",
+                        epilog=EPILOG)
+    tr.add_argument("--model", default="sasrec", help="registered model name (see `models`)")
+    tr.add_argument("--dataset", default="synthetic", help="registered dataset name or 'synthetic' (default)")
+    tr.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"])
+    tr.add_argument("--negatives", type=int, default=None,
+                    help="negatives per position (bce, default 1) or per batch (sampled-ce, default 256)")
+    tr.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
+    tr.add_argument("--epochs", type=int, default=None, help="maximum epochs (default 200; 30 on synthetic)")
+    tr.add_argument("--max-len", type=int, default=None, help="input window (default: 200 on ML, else 50)")
+    tr.add_argument("--batch-size", type=int, default=128)
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--patience", type=int, default=10, help="validations without improvement before stopping")
+    tr.add_argument("--eval-every", type=int, default=1)
+    tr.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users")
+    tr.add_argument("--seed", type=int, default=42)
+    tr.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, mps")
+    tr.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
+    tr.add_argument("--no-bucketing", action="store_true", help="pad every batch to max_len")
+    tr.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
+    tr.add_argument("--d-model", type=int, default=None)
+    tr.add_argument("--layers", type=int, default=None)
+    tr.add_argument("--heads", type=int, default=None)
+    tr.add_argument("--dropout", type=float, default=None, help="default: 0.2 on ML, 0.5 on sparse data")
+    tr.add_argument("--option", action="append", type=_parse_option, default=[], metavar="KEY=VALUE",
+                    help="any other model option, e.g. --option layout=tf (repeatable)")
+    tr.add_argument("--data-dir", default=None)
+    tr.add_argument("--download", action="store_true", help="download the dataset if it is missing")
+    tr.add_argument("--checkpoint", default=None,
+                    help="checkpoint file (default runs/<tag>.pt); saved after every epoch")
+    tr.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
+    tr.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    tr.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
+    tr.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def cmd_datasets(args: argparse.Namespace) -> int:
+    from .data.download import ensure_dataset
+    from .data.loading import dataset_status, format_dataset_table
+    from .data.paths import data_dir
+
+    for name in args.download or []:
+        folder = ensure_dataset(name, args.data_dir, download=True)
+        print(f"{name}: ready in {folder}")
+    print(f"data directory: {data_dir(args.data_dir)}")
+    print(format_dataset_table(dataset_status(args.data_dir)))
+    return 0
+
+
+def cmd_models(_: argparse.Namespace) -> int:
+    from .models import MODELS
+
+    for name in sorted(MODELS):
+        entry = MODELS[name]
+        opts = ", ".join(f"{k}={v!r}" for k, v in entry.options().items())
+        print(f"{name:16s} {entry.description}\n{'':16s} options: {opts}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
+    from .experiments.results import append_run, default_results_path, project_root, write_curve
+    from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
+
+    options = dict(args.option)
+    for flag, key in (("d_model", "d_model"), ("layers", "n_layers"), ("heads", "n_heads"), ("dropout", "dropout")):
+        if getattr(args, flag) is not None:
+            options[key] = getattr(args, flag)
+    epochs = args.epochs if args.epochs is not None else (30 if args.dataset == SYNTHETIC else 200)
+    spec = ExperimentSpec(
+        model=args.model.lower(), dataset=args.dataset.lower(), loss=args.loss, protocol=args.protocol,
+        seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
+        patience=args.patience, eval_every=args.eval_every, eval_users=args.eval_users,
+        n_negatives=args.negatives, device=args.device, precision=args.precision,
+        bucketing=not args.no_bucketing, time_budget=args.time_budget, model_options=options,
+        data_dir=args.data_dir, download=args.download, progress=False if args.quiet else None,
+    )
+    checkpoint = Path(args.checkpoint) if args.checkpoint else project_root() / "runs" / f"{spec.tag()}.pt"
+    if checkpoint.exists() and not args.resume:
+        checkpoint.unlink()  # a fresh run; --resume keeps it
+    spec.checkpoint = str(checkpoint)
+    print(f"training {spec.model} on {spec.dataset} (loss {spec.loss}, protocol {spec.protocol}, "
+          f"max_len {spec.resolved_max_len()}, seed {spec.seed}); checkpoint {checkpoint}", flush=True)
+    result = run_experiment(spec)
+    tr = result.train
+    print(f"\nbest epoch {tr.best_epoch} of {tr.epochs_run}; {tr.train_seconds:.1f} s training "
+          f"({tr.seconds_per_epoch:.2f} s/epoch) on {result.device}")
+    keys = ["hr@5", "ndcg@5", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr"]
+    print("           " + "  ".join(f"{k:>8s}" for k in keys))
+    for stage, m in (("validation", result.valid), ("test", result.test)):
+        print(f"{stage:10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
+    if not args.no_results:
+        command = "python -m tutorial_lib " + shlex.join(argv)
+        path = append_run(result.row(command), args.results or default_results_path())
+        curve = path.parent / "curves" / f"{spec.tag()}.csv"
+        write_curve(tr.history, curve)
+        print(f"appended a row to {path}; training curve in {curve}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "datasets":
+            return cmd_datasets(args)
+        if args.command == "models":
+            return cmd_models(args)
+        return cmd_train(args, argv)
+    except TutorialLibError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted; rerun the same command with --resume to continue from the last epoch",
+              file=sys.stderr)
+        return 130

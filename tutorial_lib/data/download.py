@@ -1,0 +1,289 @@
+"""Fetching dataset files: checksummed, atomic, resumable, never interactive.
+
+Only :mod:`urllib` is used, so ``http(s)://`` and ``file://`` URLs both work. A download streams to
+``<dest>.part``, resumes it with an HTTP ``Range`` request when it exists (starting afresh when the
+server ignores the range), is verified, and only then is moved into place with :func:`os.replace`.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import shutil
+import sys
+import urllib.error
+import urllib.request
+import warnings
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from tutorial_lib.data.paths import ENV_VAR, dataset_folder
+from tutorial_lib.data.registry import DatasetSpec, FileSpec, get_spec
+from tutorial_lib.errors import ChecksumError, DatasetUnavailableError
+
+DEFAULT_TIMEOUT = 60.0
+_CHUNK = 1 << 20
+_NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError, ValueError)
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _range_start(resp) -> int | None:
+    """First byte of a ``206 Partial Content`` answer (from ``Content-Range: bytes a-b/n``)."""
+    value = resp.headers.get("Content-Range", "") if resp.headers else ""
+    try:
+        unit, rest = value.split(" ", 1)
+        return int(rest.split("-", 1)[0]) if unit.strip().lower() == "bytes" else None
+    except ValueError:
+        return None
+
+
+def _fetch(url: str, part: Path, timeout: float, expected_size: int | None) -> bool:
+    """Stream ``url`` into ``part``, resuming an existing partial file when the server allows.
+
+    Returns True when an existing partial file was resumed (appended to).
+    """
+    offset = part.stat().st_size if part.is_file() else 0
+    req = urllib.request.Request(url, headers={"User-Agent": "tutorial_lib (python urllib)"})
+    if offset:
+        req.add_header("Range", f"bytes={offset}-")
+    try:
+        resp = urllib.request.urlopen(req, timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and offset:  # range not satisfiable: the partial file is complete or stale
+            if expected_size is not None and offset == expected_size:
+                return True
+            part.unlink()
+            return _fetch(url, part, timeout, expected_size)
+        raise
+    with resp:
+        status = getattr(resp, "status", None)
+        resume = bool(offset) and status == 206 and _range_start(resp) == offset
+        with open(part, "ab" if resume else "wb") as fh:
+            shutil.copyfileobj(resp, fh, _CHUNK)
+    return resume
+
+
+def _check(part: Path, dest: Path, url: str, sha256: str | None, expected_size: int | None) -> str | None:
+    """Problem with the downloaded ``part`` (size or sha256), or None when it is good."""
+    size = part.stat().st_size
+    if expected_size is not None and size != expected_size:
+        return f"size mismatch for {dest.name} from {url}: expected {expected_size:,} bytes, got {size:,}"
+    if sha256 is not None:
+        actual = sha256_of(part)
+        if actual.lower() != sha256.lower():
+            return f"sha256 mismatch for {dest.name} from {url}: expected {sha256}, actual {actual}"
+    return None
+
+
+def download_file(
+    urls: str | Sequence[str],
+    dest: str | os.PathLike,
+    sha256: str | None = None,
+    expected_size: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Path:
+    """Download the first URL of ``urls`` that answers into ``dest``; return ``dest``.
+
+    Streams to ``dest.part`` (resuming it when present), verifies ``expected_size`` and ``sha256``
+    when given, then atomically renames it to ``dest``. Never prompts.
+
+    Raises:
+        ChecksumError: the download does not match (the partial file is deleted, ``dest`` untouched).
+        DatasetUnavailableError: no URL could be fetched; the message says where to put the file by hand.
+    """
+    urls = (urls,) if isinstance(urls, str) else tuple(urls)
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    failures: list[str] = []
+    for url in urls:
+        try:
+            resumed = _fetch(url, part, timeout, expected_size)
+        except _NETWORK_ERRORS as exc:
+            failures.append(f"{url}: {exc}")
+            continue
+        problem = _check(part, dest, url, sha256, expected_size)
+        if problem and resumed:  # the old partial file may be stale: one fresh attempt
+            part.unlink()
+            try:
+                _fetch(url, part, timeout, expected_size)
+            except _NETWORK_ERRORS as exc:
+                failures.append(f"{url}: {exc}")
+                continue
+            problem = _check(part, dest, url, sha256, expected_size)
+        if problem:
+            part.unlink(missing_ok=True)
+            raise ChecksumError(
+                f"{problem}.\nThe partial download was deleted and nothing was written to {dest}. "
+                "Run the download again; if it fails the same way, the file at the source has changed: "
+                "compare it with the checksums in data/README.md, or fetch a matching copy by hand into "
+                f"{dest.parent}/."
+            )
+        os.replace(part, dest)
+        return dest
+    tried = "\n".join(f"  - {f}" for f in failures) or "  (no URL given)"
+    raise DatasetUnavailableError(
+        f"could not download {dest.name}. Tried:\n{tried}\n"
+        f"Download it by hand from one of the URLs above and put it at {dest} (folder {dest.parent}/)."
+        + (f" Expected sha256: {sha256}." if sha256 else "")
+    )
+
+
+def extract_member(
+    archive: str | os.PathLike,
+    member: str,
+    dest: str | os.PathLike,
+    sha256: str | None = None,
+    expected_size: int | None = None,
+) -> Path:
+    """Extract ``member`` of the zip ``archive`` to ``dest`` (via ``dest.part``), verifying its sha256."""
+    archive, dest = Path(archive), Path(dest)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with zipfile.ZipFile(archive) as zf, zf.open(member) as src, open(part, "wb") as out:
+            shutil.copyfileobj(src, out, _CHUNK)
+    except (zipfile.BadZipFile, KeyError) as exc:
+        part.unlink(missing_ok=True)
+        archive.unlink(missing_ok=True)
+        raise ChecksumError(
+            f"{archive} is not a valid zip with member {member!r} ({exc}); the archive was deleted, "
+            "run the download again."
+        ) from exc
+    problem = _check(part, dest, f"{archive}:{member}", sha256, expected_size)
+    if problem:
+        part.unlink(missing_ok=True)
+        raise ChecksumError(f"{problem}.\nNothing was written to {dest}; delete {archive} and download again.")
+    os.replace(part, dest)
+    return dest
+
+
+def _sources(f: FileSpec) -> list[str]:
+    lines = [f"member {f.archive_member} of {u} (unzip it)" if f.archive_member else u for u in f.urls]
+    return lines + list(f.mirrors)
+
+
+def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[FileSpec]) -> str:
+    """Instructions for a user whose dataset files are missing (which files, URLs, folder, commands)."""
+    lines = [f"Dataset {spec.name!r} ({spec.title}) is not available: missing in {folder}/:"]
+    for f in missing:
+        lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
+        lines.append(f"      sha256: {f.sha256 or 'unknown (' + f.note + ')'}")
+        srcs = _sources(f)
+        lines += [f"      from:   {s}" for s in srcs] or ["      from:   (no public URL; see data/README.md)"]
+    lines += [
+        "To make it available, do one of:",
+        f"  - run `python -m tutorial_lib datasets --download {spec.name}` "
+        f"(or call load_dataset({spec.name!r}, download=True));",
+        f"  - download the file(s) above by hand into {folder}/;",
+        f"  - set {ENV_VAR} to a data folder that already has a '{spec.folder}/' sub-folder with these files.",
+        f"Terms: {spec.licence}",
+    ]
+    return "\n".join(lines)
+
+
+def fetch_file(f: FileSpec, folder: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> Path:
+    """Download one registered file into ``folder`` (through its archive when it has one)."""
+    folder = Path(folder)
+    dest = folder / f.filename
+    if f.archive_member:
+        archive = folder / (f.archive_filename or Path(f.urls[0]).name)
+        try:
+            if not archive.is_file():
+                _log(f"downloading {f.urls[0]} -> {archive}")
+                download_file(f.urls, archive, f.archive_sha256, None, timeout)
+            return extract_member(archive, f.archive_member, dest, f.sha256, f.size)
+        except DatasetUnavailableError:
+            if not f.mirrors:
+                raise
+        urls: tuple[str, ...] = f.mirrors
+    else:
+        urls = f.urls + f.mirrors
+    if not urls:
+        raise DatasetUnavailableError(f"{f.filename} has no public download URL; {f.note}")
+    _log(f"downloading {urls[0]} -> {dest}")
+    return download_file(urls, dest, f.sha256, f.size, timeout)
+
+
+def verify_statistics(spec: DatasetSpec, folder: str | os.PathLike) -> None:
+    """Check the published file's users/items/interactions against the registry (for unknown sha256)."""
+    from tutorial_lib.data.readers import read_raw
+
+    st = read_raw(spec.format, folder, spec.main_file.filename).stats()
+    want = spec.file_stats
+    got = (st.users, st.items, st.interactions)
+    if got != (want.users, want.items, want.interactions):
+        raise ChecksumError(
+            f"{Path(folder) / spec.main_file.filename} has {got[0]:,} users / {got[1]:,} items / {got[2]:,} "
+            f"interactions, expected {want.users:,} / {want.items:,} / {want.interactions:,} for {spec.name!r}."
+        )
+
+
+def ensure_dataset(
+    name: str | DatasetSpec,
+    root: str | os.PathLike | None = None,
+    download: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    include_optional: bool | None = None,
+) -> Path:
+    """Return the dataset's folder once all its required files are there.
+
+    With ``download=True`` missing required files are fetched and verified; a download without a known
+    sha256 is checked by its statistics and deleted if they differ. Optional files (titles, id maps)
+    that have a URL are fetched too when ``include_optional`` is True, or, by default (None), only
+    in a call that has to download a required file anyway (so a complete hand-placed copy never
+    triggers network access). With ``download=False`` a missing required file raises
+    :class:`DatasetUnavailableError` with instructions.
+    """
+    spec = get_spec(name)
+    folder = dataset_folder(spec, root)
+    missing = [f for f in spec.files if not (folder / f.filename).is_file()]
+    missing_required = [f for f in missing if f.required]
+    if not download:
+        if missing_required:
+            raise DatasetUnavailableError(missing_files_message(spec, folder, missing_required))
+        return folder
+    if include_optional is None:
+        include_optional = bool(missing_required)
+    archives: set[Path] = set()
+    for f in missing:
+        if not f.required and (not include_optional or not (f.urls or f.mirrors)):
+            continue
+        if not f.urls and not f.mirrors:
+            raise DatasetUnavailableError(missing_files_message(spec, folder, [f]))
+        try:
+            fetch_file(f, folder, timeout)
+        except DatasetUnavailableError as exc:
+            if f.required:
+                raise DatasetUnavailableError(f"{exc}\n\n{missing_files_message(spec, folder, [f])}") from exc
+            warnings.warn(f"optional file {f.filename} of {spec.name!r} could not be downloaded: {exc}",
+                          stacklevel=2)
+            continue
+        except (ChecksumError, OSError) as exc:
+            if f.required:
+                raise
+            warnings.warn(f"optional file {f.filename} of {spec.name!r} was not stored: {exc}", stacklevel=2)
+            continue
+        if f.archive_member:
+            archives.add(folder / (f.archive_filename or Path(f.urls[0]).name))
+        if f.required and f.sha256 is None and spec.verify_by_stats and f is spec.main_file:
+            try:
+                verify_statistics(spec, folder)
+            except Exception:
+                (folder / f.filename).unlink(missing_ok=True)
+                raise
+    for archive in archives:  # every member is extracted (and verified): the archive is not needed
+        archive.unlink(missing_ok=True)
+    return folder

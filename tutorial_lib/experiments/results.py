@@ -1,0 +1,131 @@
+"""The results store: ``results/runs.csv`` (one row per finished run) and per-run training curves.
+
+Rows are only ever written by code (the CLI and the benchmark runner), with their provenance: the
+exact command, the git commit, the device and the library versions.
+"""
+from __future__ import annotations
+
+import csv
+import fcntl
+import io
+import os
+import platform
+import subprocess
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from ..utils.io import atomic_write_text
+
+RUN_COLUMNS = (
+    "model", "dataset", "protocol", "loss", "seed", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr",
+    "best_epoch", "epochs", "train_seconds", "seconds_per_epoch", "device", "torch", "commit", "command", "date",
+    # provenance and context beyond the required columns
+    "valid_ndcg@10", "max_len", "hardware", "options",
+)
+
+
+def project_root() -> Path:
+    """The source checkout that holds this package (falls back to the current directory)."""
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def default_results_path() -> Path:
+    return project_root() / "results" / "runs.csv"
+
+
+def git_commit() -> str:
+    """Short commit hash of the checkout, with ``-dirty`` when tracked files have uncommitted changes."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=10"], cwd=project_root(),
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def hardware_description(device: torch.device) -> str:
+    """E.g. ``"cpu: Intel Xeon ... x2 threads"`` or ``"cuda: NVIDIA H100"``."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{device.type}: {cpu} x{torch.get_num_threads()} threads"
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def append_run(row: dict, path: str | Path | None = None) -> Path:
+    """Append one row to the results CSV (atomically, under a file lock); returns the path.
+
+    Missing columns are left empty; unknown keys raise ``KeyError`` (a typo must not vanish).
+    """
+    path = Path(path) if path is not None else default_results_path()
+    unknown = set(row) - set(RUN_COLUMNS)
+    if unknown:
+        raise KeyError(f"unknown results columns: {sorted(unknown)}")
+    with _locked(path):
+        existing = path.read_text() if path.exists() else ""
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=RUN_COLUMNS, lineterminator="\n")
+        if not existing:
+            writer.writeheader()
+        writer.writerow({k: _fmt(row.get(k, "")) for k in RUN_COLUMNS})
+        if existing and not existing.endswith("\n"):
+            existing += "\n"
+        atomic_write_text(path, existing + buf.getvalue())
+    return path
+
+
+def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
+    path = Path(path) if path is not None else default_results_path()
+    if not path.exists():
+        return []
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def write_curve(history: list[dict], path: str | Path) -> None:
+    """Per-epoch training curve (loss, seconds, validation metrics) as CSV."""
+    keys: list[str] = []
+    for row in history:
+        keys += [k for k in row if k not in keys]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for row in history:
+        writer.writerow({k: _fmt(v) for k, v in row.items()})
+    atomic_write_text(path, buf.getvalue())
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, float):
+        return f"{v:.6g}" if abs(v) >= 1 else f"{v:.6f}"
+    return str(v)
+
+
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "git_commit", "hardware_description",
+           "default_results_path", "now_iso", "project_root"]

@@ -1,0 +1,115 @@
+"""One experiment end to end: data -> split -> model -> training -> test metrics -> a results row."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from ..data.dataset import SequenceDataset
+from ..data.split import leave_one_out
+from ..data.synthetic import make_synthetic
+from ..evaluation import EvalProtocol, Evaluator
+from ..models import build_model
+from ..training import TrainConfig, Trainer, TrainResult
+from ..utils.seeding import seed_everything
+from .presets import dataset_defaults
+from .results import git_commit, hardware_description, now_iso
+
+SYNTHETIC = "synthetic"
+
+
+@dataclass
+class ExperimentSpec:
+    """Everything that defines a run. ``None`` means "the dataset's default" (see presets)."""
+
+    model: str = "sasrec"
+    dataset: str = SYNTHETIC
+    loss: str = "ce"
+    protocol: str = "full"
+    seed: int = 42
+    epochs: int = 200
+    max_len: int | None = None
+    batch_size: int = 128
+    lr: float = 1e-3
+    patience: int = 10
+    eval_every: int = 1
+    eval_users: int | None = None
+    n_negatives: int | None = None
+    device: str = "auto"
+    precision: str = "fp32"
+    bucketing: bool = True
+    time_budget: float | None = None
+    model_options: dict = field(default_factory=dict)
+    checkpoint: str | None = None
+    data_dir: str | None = None
+    download: bool = False
+    progress: bool | None = None
+
+    def resolved_max_len(self) -> int:
+        return int(self.max_len or dataset_defaults(self.dataset)["max_len"])
+
+    def resolved_model_options(self) -> dict:
+        opts = dict(self.model_options)
+        opts.setdefault("dropout", dataset_defaults(self.dataset)["dropout"])
+        return opts
+
+    def tag(self) -> str:
+        """A file-name-safe identifier of the run (model, dataset, loss, protocol, seed)."""
+        raw = f"{self.model}_{self.dataset}_{self.loss}_{self.protocol}_s{self.seed}"
+        return re.sub(r"[^A-Za-z0-9_.@-]+", "-", raw)
+
+
+def load_data(spec: ExperimentSpec) -> SequenceDataset:
+    if spec.dataset == SYNTHETIC:
+        return make_synthetic(seed=0)
+    from ..data.loading import load_dataset
+    return load_dataset(spec.dataset, root=spec.data_dir, download=spec.download)
+
+
+@dataclass
+class ExperimentResult:
+    spec: ExperimentSpec
+    train: TrainResult
+    valid: dict[str, float]
+    test: dict[str, float]
+    device: torch.device
+    model: torch.nn.Module
+
+    def row(self, command: str) -> dict:
+        """The ``results/runs.csv`` row of this run."""
+        s, t = self.spec, self.test
+        return {
+            "model": s.model, "dataset": s.dataset, "protocol": s.protocol, "loss": s.loss, "seed": s.seed,
+            "hr@10": t["hr@10"], "ndcg@10": t["ndcg@10"], "hr@20": t["hr@20"], "ndcg@20": t["ndcg@20"],
+            "mrr": t["mrr"], "best_epoch": self.train.best_epoch, "epochs": self.train.epochs_run,
+            "train_seconds": round(self.train.train_seconds, 1),
+            "seconds_per_epoch": round(self.train.seconds_per_epoch, 2),
+            "device": self.device.type, "torch": torch.__version__, "commit": git_commit(), "command": command,
+            "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
+            "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
+            "options": " ".join(f"{k}={v}" for k, v in sorted(s.resolved_model_options().items())),
+        }
+
+
+def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None) -> ExperimentResult:
+    """Train ``spec.model`` on ``spec.dataset`` with early stopping on validation; evaluate on test."""
+    data = dataset if dataset is not None else load_data(spec)
+    split = leave_one_out(data)
+    max_len = spec.resolved_max_len()
+    seed_everything(spec.seed)
+    model = build_model(spec.model, n_items=data.n_items, max_len=max_len, **spec.resolved_model_options())
+    protocol = EvalProtocol(spec.protocol, max_users=spec.eval_users, seed=spec.seed)
+    evaluator = Evaluator(split, max_len, protocol)
+    config = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, loss=spec.loss,
+                         n_negatives=spec.n_negatives, eval_every=spec.eval_every, patience=spec.patience,
+                         seed=spec.seed, device=spec.device, precision=spec.precision, bucketing=spec.bucketing,
+                         checkpoint=spec.checkpoint, time_budget=spec.time_budget, progress=spec.progress)
+    trainer = Trainer(model, split, config, evaluator)
+    result = trainer.fit()
+    valid = result.best_valid or evaluator.evaluate(trainer.model, "valid")
+    test = evaluator.evaluate(trainer.model, "test")
+    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model)
+
+
+__all__ = ["ExperimentSpec", "ExperimentResult", "run_experiment", "load_data", "SYNTHETIC"]

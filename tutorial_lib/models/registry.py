@@ -1,0 +1,59 @@
+"""Named models: ``build_model("sasrec", n_items=..., max_len=..., **options)``."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from ..errors import ConfigError, UnknownNameError
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    builder: Callable[..., nn.Module]
+    description: str
+    family: str
+
+    def options(self) -> dict[str, object]:
+        """Keyword options of the builder with their defaults (besides n_items and max_len)."""
+        sig = inspect.signature(self.builder)
+        return {k: p.default for k, p in sig.parameters.items() if k not in ("n_items", "max_len")}
+
+
+MODELS: dict[str, ModelEntry] = {}
+
+
+def register_model(name: str, description: str, family: str) -> Callable:
+    """Decorator: register ``builder(n_items, max_len, **options) -> nn.Module`` under ``name``."""
+
+    def wrap(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        if name in MODELS:
+            raise ValueError(f"model {name!r} registered twice")
+        MODELS[name] = ModelEntry(name, builder, description, family)
+        return builder
+
+    return wrap
+
+
+def get_model_entry(name: str) -> ModelEntry:
+    key = name.lower()
+    if key not in MODELS:
+        raise UnknownNameError("model", name, MODELS)
+    return MODELS[key]
+
+
+def model_names() -> list[str]:
+    return sorted(MODELS)
+
+
+def build_model(name: str, n_items: int, max_len: int, **options) -> nn.Module:
+    """Build a registered model; unknown options raise a :class:`ConfigError` listing the valid ones."""
+    entry = get_model_entry(name)
+    valid = entry.options()
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}; valid options: {sorted(valid)}")
+    return entry.builder(n_items=n_items, max_len=max_len, **options)

@@ -1,0 +1,27 @@
+"""SASRec (Kang & McAuley, ICDM 2018): the backbone with causal scaled dot-product attention."""
+from __future__ import annotations
+
+from ..attention.dot_product import DotProductAttention
+from .backbone import SequentialRecommender
+from .registry import register_model
+
+
+@register_model("sasrec", "SASRec: causal multi-head dot-product self-attention", family="dot_product")
+def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
+                 dropout: float = 0.2, attn_dropout: float | None = None, layout: str = "paper",
+                 ffn_dim: int | None = None, embedding_scale: bool = True) -> SequentialRecommender:
+    """SASRec.
+
+    ``layout="paper"``: pre-LN blocks with an output projection and dropout on the attention output
+    (``attn_dropout=None`` means 0 there, so PyTorch's fused attention kernel is used).
+    ``layout="tf"``: the released TF code (methods.md §2.1): no output projection, keys/values from
+    the un-normalised input, residual from the normalised input and dropout on the attention weights
+    (``attn_dropout=None`` means ``dropout`` there).
+    """
+    tf = layout == "tf"
+    p_attn = attn_dropout if attn_dropout is not None else (dropout if tf else 0.0)
+    return SequentialRecommender(
+        n_items, max_len, d_model, n_layers,
+        attention_factory=lambda i: DotProductAttention(d_model, n_heads, attn_dropout=p_attn, out_proj=not tf),
+        dropout=dropout, ffn_dim=ffn_dim, layout=layout, embedding_scale=embedding_scale,
+    )

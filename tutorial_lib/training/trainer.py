@@ -1,0 +1,253 @@
+"""The trainer: Adam, all-position autoregressive training, early stopping on validation NDCG@10,
+best-weight restore, checkpoint/resume, progress bars, optional mixed precision."""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..data.batching import Batch, TrainingWindows, iterate_batches
+from ..data.split import LeaveOneOutSplit
+from ..errors import ConfigError
+from ..evaluation.evaluator import Evaluator
+from ..utils.device import resolve_device
+from .checkpoint import load_checkpoint, save_checkpoint
+from .losses import LOSSES, bce_loss, full_ce_loss, sampled_softmax_loss
+from .negatives import NegativeSampler
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+QUIET_ENV = "TUTORIAL_LIB_QUIET"
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one training run.
+
+    Attributes:
+        epochs: maximum number of epochs (one window per user per epoch).
+        batch_size, lr, betas, weight_decay: Adam settings (SASRec: 128, 1e-3, (0.9, 0.98), 0).
+        loss: ``"ce"`` (full softmax), ``"bce"`` (sampled negatives) or ``"sampled-ce"``.
+        n_negatives: negatives per position for ``bce`` (default 1) or per batch for ``sampled-ce``
+            (default 256).
+        eval_every: validate every this many epochs.
+        patience: stop after this many validations without improvement of ``select_metric``.
+        select_metric: validation metric for early stopping and model selection.
+        seed: seeds batching and negative sampling (seed model initialisation before building it).
+        device: ``"auto"`` (CUDA, then MPS, then CPU) or an explicit device.
+        precision: ``"fp32"``, ``"bf16"`` (autocast, CPU or GPU) or ``"fp16"`` (CUDA AMP).
+        bucketing: batch users of similar length and trim padding.
+        grad_clip: clip the gradient norm to this value (``None``: no clipping).
+        checkpoint: file to save the training state to after every epoch; an existing file is resumed.
+        time_budget: stop (as if early-stopped) after this many seconds of training.
+        progress: show tqdm bars (``None``: yes unless ``TUTORIAL_LIB_QUIET=1``).
+    """
+
+    epochs: int = 200
+    batch_size: int = 128
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.0
+    loss: str = "ce"
+    n_negatives: int | None = None
+    eval_every: int = 1
+    patience: int = 10
+    select_metric: str = "ndcg@10"
+    seed: int = 42
+    device: str = "auto"
+    precision: str = "fp32"
+    bucketing: bool = True
+    grad_clip: float | None = None
+    checkpoint: str | None = None
+    time_budget: float | None = None
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.loss not in LOSSES:
+            raise ConfigError(f"unknown loss {self.loss!r}; valid losses are: {', '.join(LOSSES)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        for name in ("epochs", "batch_size", "eval_every", "patience"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.n_negatives is not None and self.n_negatives < 1:
+            raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
+        self.betas = tuple(self.betas)
+
+    @property
+    def negatives(self) -> int:
+        if self.n_negatives is not None:
+            return self.n_negatives
+        return 256 if self.loss == "sampled-ce" else 1
+
+    @property
+    def show_progress(self) -> bool:
+        if self.progress is not None:
+            return self.progress
+        return os.environ.get(QUIET_ENV, "0") in ("", "0", "false", "False")
+
+
+@dataclass
+class TrainResult:
+    """Outcome of :meth:`Trainer.fit`; ``history`` has one dict per epoch (loss, seconds, validation metrics)."""
+
+    best_epoch: int
+    best_valid: dict[str, float]
+    epochs_run: int
+    train_seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+    stopped_early: bool = False
+
+    @property
+    def seconds_per_epoch(self) -> float:
+        return self.train_seconds / max(self.epochs_run, 1)
+
+
+class Trainer:
+    """Train a backbone model on a leave-one-out split, selecting the epoch on validation.
+
+    Args:
+        model: a model with ``forward(item_ids) -> (B, L, d)`` and ``output_embedding`` (the backbone).
+        split: the leave-one-out split (only ``split.train`` is used for training).
+        config: :class:`TrainConfig`.
+        evaluator: validation evaluator (default: full ranking over all users).
+    """
+
+    def __init__(self, model: nn.Module, split: LeaveOneOutSplit, config: TrainConfig | None = None,
+                 evaluator: Evaluator | None = None):
+        self.config = config or TrainConfig()
+        self.device = resolve_device(self.config.device)
+        self.model = model.to(self.device)
+        self.split = split
+        self.evaluator = evaluator or Evaluator(split, model.max_len)
+        self.windows = TrainingWindows.from_train(split.train, model.max_len)
+        self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.config.lr, betas=self.config.betas,
+                                          weight_decay=self.config.weight_decay)
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        use_scaler = self.config.precision == "fp16" and self.device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
+
+    # ------------------------------------------------------------------ one step
+    def autocast(self):
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.config.precision)
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
+
+    def compute_loss(self, batch: Batch) -> torch.Tensor:
+        """Loss of one batch (already on the device)."""
+        cfg = self.config
+        with self.autocast():
+            hidden = self.model(batch.inputs)
+        items = self.model.output_embedding
+        if cfg.loss == "ce":
+            return full_ce_loss(hidden, batch.targets, items)
+        if cfg.loss == "bce":
+            shape = (*batch.targets.shape, cfg.negatives)
+            neg = self.sampler.sample(batch.users.cpu(), shape, self.generator).to(self.device)
+            return bce_loss(hidden, batch.targets, items, neg)
+        neg = torch.randint(1, self.split.n_items + 1, (cfg.negatives,), generator=self.generator)
+        return sampled_softmax_loss(hidden, batch.targets, items, neg.to(self.device))
+
+    def train_step(self, batch: Batch) -> float:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.compute_loss(batch.to(self.device))
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                "training loss became non-finite; lower the learning rate or use precision='fp32'")
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.unscale_(self.optimizer)
+        else:
+            loss.backward()
+        if self.config.grad_clip is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        return loss.item()
+
+    def train_epoch(self, epoch: int) -> float:
+        """One pass over every user's window; returns the mean loss per batch."""
+        self.model.train()
+        batches = iterate_batches(self.windows, self.config.batch_size, self.generator, self.config.bucketing)
+        n_batches = math.ceil(len(self.windows) / self.config.batch_size)
+        bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
+                   disable=not self.config.show_progress)
+        total = 0.0
+        for i, batch in enumerate(bar, 1):
+            total += self.train_step(batch)
+            if i % 10 == 0:
+                bar.set_postfix(loss=f"{total / i:.4f}")
+        return total / max(n_batches, 1)
+
+    # ------------------------------------------------------------------- the loop
+    def _state(self, epoch: int, best: dict, history: list, train_seconds: float) -> dict:
+        return {
+            "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "best": best, "history": history, "train_seconds": train_seconds,
+            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
+        }
+
+    def _resume(self) -> tuple[int, dict, list, float]:
+        ckpt = Path(self.config.checkpoint) if self.config.checkpoint else None
+        fresh = {"metric": -math.inf, "epoch": 0, "valid": {}, "state": None, "bad": 0}
+        if ckpt is None or not ckpt.exists():
+            return 1, fresh, [], 0.0
+        state = load_checkpoint(ckpt)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        if self.config.show_progress:
+            tqdm.write(f"resuming from {ckpt} after epoch {state['epoch']}")
+        return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"]
+
+    def fit(self) -> TrainResult:
+        """Train until ``epochs``, early stopping or the time budget; restore the best weights."""
+        cfg = self.config
+        start, best, history, train_seconds = self._resume()
+        stopped_early = best["bad"] >= cfg.patience
+        for epoch in range(start, cfg.epochs + 1):
+            if stopped_early:
+                break
+            t0 = time.perf_counter()
+            loss = self.train_epoch(epoch)
+            seconds = time.perf_counter() - t0
+            train_seconds += seconds
+            row = {"epoch": epoch, "loss": loss, "seconds": seconds}
+            if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
+                valid = self.evaluator.evaluate(self.model, "valid")
+                row.update({f"valid_{k}": v for k, v in valid.items() if k != "users"})
+                if valid[cfg.select_metric] > best["metric"]:
+                    best = {"metric": valid[cfg.select_metric], "epoch": epoch, "valid": valid, "bad": 0,
+                            "state": {k: v.detach().clone().cpu() for k, v in self.model.state_dict().items()}}
+                else:
+                    best["bad"] += 1
+                if cfg.show_progress:
+                    tqdm.write(f"epoch {epoch:3d}  loss {loss:.4f}  {seconds:5.1f}s  "
+                               f"valid {cfg.select_metric} {valid[cfg.select_metric]:.4f}  "
+                               f"(best {best['metric']:.4f} @ {best['epoch']})")
+                stopped_early = best["bad"] >= cfg.patience
+            history.append(row)
+            if cfg.time_budget is not None and train_seconds >= cfg.time_budget:
+                stopped_early = True
+            if cfg.checkpoint:
+                save_checkpoint(cfg.checkpoint, self._state(epoch, best, history, train_seconds))
+            if stopped_early:
+                break
+        if best["state"] is not None:
+            self.model.load_state_dict(best["state"])
+        epochs_run = len(history)
+        return TrainResult(best_epoch=best["epoch"], best_valid=best["valid"], epochs_run=epochs_run,
+                           train_seconds=train_seconds, history=history, stopped_early=stopped_early)

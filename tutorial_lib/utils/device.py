@@ -1,0 +1,32 @@
+"""Pick the compute device: CUDA, then Apple MPS, then CPU."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import ConfigError
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """Turn ``"auto"`` (or an explicit name) into a ``torch.device``.
+
+    ``"auto"`` prefers CUDA, then MPS, then CPU. An explicit device that is not available raises
+    a :class:`ConfigError` saying which devices are.
+    """
+    if isinstance(device, torch.device):
+        return device
+    name = str(device).lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device 'cuda' was requested but no CUDA GPU is visible; use device='auto' or 'cpu'")
+    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("device 'mps' was requested but MPS is not available; use device='auto' or 'cpu'")
+    try:
+        return torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"unknown device {device!r}; use 'auto', 'cpu', 'cuda' or 'mps'") from exc
