@@ -75,6 +75,7 @@ class ExperimentResult:
     test: dict[str, float]
     device: torch.device
     model: torch.nn.Module
+    commit: str = ""
 
     def row(self, command: str) -> dict:
         """The ``results/runs.csv`` row of this run."""
@@ -85,7 +86,7 @@ class ExperimentResult:
             "mrr": t["mrr"], "best_epoch": self.train.best_epoch, "epochs": self.train.epochs_run,
             "train_seconds": round(self.train.train_seconds, 1),
             "seconds_per_epoch": round(self.train.seconds_per_epoch, 2),
-            "device": self.device.type, "torch": torch.__version__, "commit": git_commit(), "command": command,
+            "device": self.device.type, "torch": torch.__version__, "commit": self.commit or git_commit(), "command": command,
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
             "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
             "options": " ".join(f"{k}={v}" for k, v in sorted(s.resolved_model_options().items())),
@@ -94,6 +95,7 @@ class ExperimentResult:
 
 def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None) -> ExperimentResult:
     """Train ``spec.model`` on ``spec.dataset`` with early stopping on validation; evaluate on test."""
+    commit = git_commit()  # the code that runs is the code at the start
     data = dataset if dataset is not None else load_data(spec)
     split = leave_one_out(data)
     max_len = spec.resolved_max_len()
@@ -109,7 +111,7 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     result = trainer.fit()
     valid = result.best_valid or evaluator.evaluate(trainer.model, "valid")
     test = evaluator.evaluate(trainer.model, "test")
-    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model)
+    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model, commit)
 
 
 __all__ = ["ExperimentSpec", "ExperimentResult", "run_experiment", "load_data", "SYNTHETIC"]

@@ -47,6 +47,7 @@ class TrainConfig:
         checkpoint: file to save the training state to after every epoch; an existing file is resumed.
         time_budget: stop (as if early-stopped) after this many seconds of training.
         progress: show tqdm bars (``None``: yes unless ``TUTORIAL_LIB_QUIET=1``).
+        verbose: print one line per validation (``None``: yes unless ``TUTORIAL_LIB_QUIET=1``).
     """
 
     epochs: int = 200
@@ -67,6 +68,7 @@ class TrainConfig:
     checkpoint: str | None = None
     time_budget: float | None = None
     progress: bool | None = None
+    verbose: bool | None = None
 
     def __post_init__(self) -> None:
         if self.loss not in LOSSES:
@@ -90,9 +92,16 @@ class TrainConfig:
 
     @property
     def show_progress(self) -> bool:
-        if self.progress is not None:
-            return self.progress
-        return os.environ.get(QUIET_ENV, "0") in ("", "0", "false", "False")
+        return self.progress if self.progress is not None else not quiet_env()
+
+    @property
+    def show_log(self) -> bool:
+        return self.verbose if self.verbose is not None else not quiet_env()
+
+
+def quiet_env() -> bool:
+    """``True`` when ``TUTORIAL_LIB_QUIET`` asks for silence (tests, CI)."""
+    return os.environ.get(QUIET_ENV, "0") not in ("", "0", "false", "False")
 
 
 @dataclass
@@ -209,7 +218,7 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
-        if self.config.show_progress:
+        if self.config.show_log:
             tqdm.write(f"resuming from {ckpt} after epoch {state['epoch']}")
         return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"]
 
@@ -234,7 +243,7 @@ class Trainer:
                             "state": {k: v.detach().clone().cpu() for k, v in self.model.state_dict().items()}}
                 else:
                     best["bad"] += 1
-                if cfg.show_progress:
+                if cfg.show_log:
                     tqdm.write(f"epoch {epoch:3d}  loss {loss:.4f}  {seconds:5.1f}s  "
                                f"valid {cfg.select_metric} {valid[cfg.select_metric]:.4f}  "
                                f"(best {best['metric']:.4f} @ {best['epoch']})")
