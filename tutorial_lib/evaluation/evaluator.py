@@ -122,6 +122,7 @@ class Evaluator:
                     cand = data.candidates[rows].to(dev)
                     r = rank_of_target(scores.gather(1, cand), torch.zeros_like(target))
                 else:
+                    scores[:, 0] = float("-inf")  # padding is never a candidate, whatever the model scores it
                     excluded = self._history_mask(data, start, scores.shape, dev)
                     r = rank_of_target(scores, target, excluded)
                 out.append(r.cpu())
@@ -131,7 +132,8 @@ class Evaluator:
 
     def _history_mask(self, data: StageData, start: int, shape: torch.Size, dev: torch.device
                       ) -> torch.Tensor | None:
-        """``(B, n_items + 1)`` bool marking padding and (for ``full-nohist``) history items."""
+        """``(B, n_items + 1)`` bool marking padding and history items for ``full-nohist``, else ``None``
+        (the padding column is removed from the ranking by :meth:`ranks` in every protocol)."""
         if not self.protocol.exclude_history:
             return None
         B = shape[0]

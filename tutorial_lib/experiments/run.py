@@ -9,6 +9,7 @@ import torch
 from ..data.dataset import SequenceDataset
 from ..data.split import leave_one_out
 from ..data.synthetic import make_synthetic
+from ..errors import UnknownNameError
 from ..evaluation import EvalProtocol, Evaluator
 from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
@@ -47,7 +48,7 @@ class ExperimentSpec:
     progress: bool | None = None
 
     def resolved_max_len(self) -> int:
-        return int(self.max_len or dataset_defaults(self.dataset)["max_len"])
+        return int(self.max_len if self.max_len is not None else dataset_defaults(self.dataset)["max_len"])
 
     def resolved_model_options(self) -> dict:
         opts = dict(self.model_options)
@@ -64,6 +65,9 @@ def load_data(spec: ExperimentSpec) -> SequenceDataset:
     if spec.dataset == SYNTHETIC:
         return make_synthetic(seed=0)
     from ..data.loading import load_dataset
+    from ..data.registry import dataset_names
+    if spec.dataset.strip().lower() not in dataset_names():  # the message must offer "synthetic" too
+        raise UnknownNameError("dataset", spec.dataset, [*dataset_names(), SYNTHETIC])
     return load_dataset(spec.dataset, root=spec.data_dir, download=spec.download)
 
 
