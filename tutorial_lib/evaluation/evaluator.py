@@ -50,6 +50,13 @@ def sample_negatives(rng: np.random.Generator, n_items: int, exclude: np.ndarray
     return picked[:n]
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Device of a model's first parameter or buffer (CPU for a model that has neither)."""
+    for t in (*model.parameters(), *model.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
 class Evaluator:
     """Rank each user's held-out item with a model's ``score_next``.
 
@@ -108,7 +115,7 @@ class Evaluator:
         """0-based rank of every evaluated user's target, ``(N,)`` on the CPU, in the order of
         ``stage_data(stage).users``."""
         data = self.stage_data(stage)
-        dev = resolve_device(device) if device is not None else next(model.parameters()).device
+        dev = resolve_device(device) if device is not None else model_device(model)
         was_training = model.training
         model.eval()
         out = []
