@@ -1,0 +1,112 @@
+"""The command line, called in-process with tiny settings; results and checkpoints go to tmp_path."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from tutorial_lib.cli import main
+from tutorial_lib.data import dataset_names
+from tutorial_lib.experiments import RUN_COLUMNS, append_run, read_runs
+from tutorial_lib.models import model_names
+
+TINY = ["--epochs", "2", "--max-len", "10", "--d-model", "8", "--eval-users", "100", "--quiet"]
+
+
+def train(tmp_path, *extra):
+    return main(["train", *TINY, "--results", str(tmp_path / "runs.csv"),
+                 "--checkpoint", str(tmp_path / "ckpt.pt"), *extra])
+
+
+def test_synthetic_run_appends_one_complete_row(tmp_path, capsys):
+    results = tmp_path / "runs.csv"
+    append_run({"model": "earlier", "dataset": "x"}, results)      # an existing row must survive
+    assert train(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "validation" in out and "test" in out and "ndcg@10" in out
+    rows = read_runs(results)
+    assert len(rows) == 2 and rows[0]["model"] == "earlier"
+    row = rows[1]
+    with open(results, newline="") as fh:
+        assert tuple(next(csv.reader(fh))) == RUN_COLUMNS
+    assert set(row) == set(RUN_COLUMNS)
+    for col in ("commit", "command", "date", "model", "dataset", "protocol", "loss", "seed", "hr@10", "ndcg@10",
+                "hr@20", "ndcg@20", "mrr", "best_epoch", "epochs", "device", "torch", "hardware", "max_len"):
+        assert row[col] != "", col
+    assert row["model"] == "sasrec" and row["dataset"] == "synthetic" and row["protocol"] == "full"
+    assert row["epochs"] == "2" and row["max_len"] == "10" and "d_model=8" in row["options"]
+    assert row["command"].startswith("python -m tutorial_lib train") and "--d-model 8" in row["command"]
+    assert 0.0 <= float(row["hr@10"]) <= 1.0 and float(row["ndcg@10"]) <= float(row["hr@10"])
+    curve = tmp_path / "curves" / "sasrec_synthetic_ce_full_s42.csv"
+    with open(curve, newline="") as fh:
+        lines = list(csv.DictReader(fh))
+    assert [r["epoch"] for r in lines] == ["1", "2"] and "valid_ndcg@10" in lines[0]
+    assert (tmp_path / "ckpt.pt").exists()
+
+
+def test_no_results_flag(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--no-results", "--epochs", "1") == 0
+    assert not (tmp_path / "runs.csv").exists()
+
+
+def _small_synthetic(seed=0):
+    from tutorial_lib.data import make_synthetic
+    return make_synthetic(n_users=100, n_items=60, min_len=5, max_len=15, seed=seed)
+
+
+def test_unknown_model(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--model", "no-such-model") == 2
+    err = capsys.readouterr().err
+    assert "no-such-model" in err
+    for name in model_names():
+        assert name in err
+    assert not (tmp_path / "runs.csv").exists()
+
+
+def test_unknown_dataset(tmp_path, capsys):
+    assert train(tmp_path, "--dataset", "no-such-data") == 2
+    err = capsys.readouterr().err
+    assert "no-such-data" in err
+    for name in [*dataset_names(), "synthetic"]:
+        assert name in err
+
+
+@pytest.mark.parametrize("max_len", ["1", "0"])
+def test_max_len_too_small(tmp_path, monkeypatch, capsys, max_len):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert main(["train", "--max-len", max_len, "--epochs", "1", "--quiet", "--no-results",
+                 "--checkpoint", str(tmp_path / "c.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "max_len must be >= 2" in err and f"got {max_len}" in err
+
+
+def test_bad_option_lists_valid_options(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--option", "bogus=1") == 2
+    err = capsys.readouterr().err
+    assert "bogus" in err and "layout" in err
+
+
+def test_datasets_command(tmp_path, capsys):
+    assert main(["datasets", "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path) in out and "available" in out
+    for name in dataset_names():
+        assert name in out
+
+
+def test_models_command(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name in model_names():
+        assert name in out
+    assert "layout" in out
+
+
+def test_argparse_rejects_unknown_loss(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--loss", "hinge"])
+    assert exc.value.code == 2
+    assert "hinge" in capsys.readouterr().err

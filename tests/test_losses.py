@@ -1,0 +1,140 @@
+"""Losses against brute-force references, and the negative sampler."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tutorial_lib.training import NegativeSampler, bce_loss, full_ce_loss, sampled_softmax_loss
+
+B, L, D, N_ITEMS = 3, 6, 8, 25
+
+
+def _inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, L, D, generator=g, dtype=torch.float64).float()
+    items = torch.randn(N_ITEMS + 1, D, generator=g)
+    targets = torch.randint(1, N_ITEMS + 1, (B, L), generator=g)
+    targets[0, :2] = 0
+    targets[2, :5] = 0
+    return hidden, targets, items
+
+
+def _brute_ce(hidden, targets, items):
+    losses = []
+    for b in range(B):
+        for t in range(L):
+            y = int(targets[b, t])
+            if y == 0:
+                continue
+            logits = [float(hidden[b, t].double() @ items[j].double()) for j in range(1, N_ITEMS + 1)]
+            m = max(logits)
+            lse = m + math.log(sum(math.exp(x - m) for x in logits))
+            losses.append(lse - logits[y - 1])
+    return sum(losses) / len(losses)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 128])
+def test_full_ce_chunked_equals_plain_and_brute_force(chunk):
+    hidden, targets, items = _inputs()
+    h1, w1 = hidden.clone().requires_grad_(), items.clone().requires_grad_()
+    h2, w2 = hidden.clone().requires_grad_(), items.clone().requires_grad_()
+    plain = full_ce_loss(h1, targets, w1, chunk=None)
+    chunked = full_ce_loss(h2, targets, w2, chunk=chunk)
+    plain.backward()
+    (chunked * 1.0).backward()
+    assert chunked.item() == pytest.approx(plain.item(), abs=1e-5)
+    assert plain.item() == pytest.approx(_brute_ce(hidden, targets, items), abs=1e-5)
+    torch.testing.assert_close(h2.grad, h1.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(w2.grad, w1.grad, atol=1e-5, rtol=1e-5)
+    assert (w1.grad[0] == 0).all()       # padding is never a class
+    assert (h1.grad[targets.eq(0)] == 0).all() and (h2.grad[targets.eq(0)] == 0).all()
+
+
+def test_full_ce_gradient_scales_with_upstream_gradient():
+    hidden, targets, items = _inputs(1)
+    h1 = hidden.clone().requires_grad_()
+    h2 = hidden.clone().requires_grad_()
+    full_ce_loss(h1, targets, items, chunk=None).backward()
+    (3.0 * full_ce_loss(h2, targets, items, chunk=2)).backward()
+    torch.testing.assert_close(h2.grad, 3.0 * h1.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_padding_positions_do_not_contribute():
+    hidden, targets, items = _inputs()
+    hidden2 = hidden.clone()
+    hidden2[targets.eq(0)] = 1e3 * torch.randn(int(targets.eq(0).sum()), D)
+    neg = torch.randint(1, N_ITEMS + 1, (B, L, 2), generator=torch.Generator().manual_seed(0))
+    shared = torch.arange(1, 11)
+    for chunk in (None, 3):
+        assert full_ce_loss(hidden, targets, items, chunk) == pytest.approx(
+            full_ce_loss(hidden2, targets, items, chunk).item(), abs=1e-6)
+    assert bce_loss(hidden, targets, items, neg).item() == pytest.approx(bce_loss(hidden2, targets, items, neg).item())
+    assert sampled_softmax_loss(hidden, targets, items, shared).item() == pytest.approx(
+        sampled_softmax_loss(hidden2, targets, items, shared).item())
+
+
+def test_bce_matches_formula():
+    hidden, targets, items = _inputs(2)
+    neg = torch.randint(1, N_ITEMS + 1, (B, L, 3), generator=torch.Generator().manual_seed(1))
+    total, n = 0.0, 0
+    sig = lambda x: 1.0 / (1.0 + math.exp(-x))
+    for b in range(B):
+        for t in range(L):
+            y = int(targets[b, t])
+            if y == 0:
+                continue
+            h = hidden[b, t].double()
+            term = -math.log(sig(float(h @ items[y].double())))
+            for j in neg[b, t].tolist():
+                term -= math.log(1.0 - sig(float(h @ items[j].double())))
+            total, n = total + term, n + 1
+    assert bce_loss(hidden, targets, items, neg).item() == pytest.approx(total / n, rel=1e-5)
+
+
+def test_sampled_softmax_masks_accidental_hits():
+    hidden, targets, items = _inputs(3)
+    negs = torch.tensor([3, 7, 11, 19])
+    targets = targets.clone()
+    targets[targets > 0] = 20                   # targets never among the negatives ...
+    base = sampled_softmax_loss(hidden, targets, items, negs)
+    # reference by hand
+    mask = targets.ne(0)
+    h = hidden[mask].double()
+    logits = torch.cat([(h * items[20].double()).sum(-1, keepdim=True), h @ items[negs].double().t()], 1)
+    ref = (torch.logsumexp(logits, 1) - logits[:, 0]).mean()
+    assert base.item() == pytest.approx(ref.item(), rel=1e-5)
+    # ... now a negative equals the target: masking it gives the loss without that negative
+    hit = sampled_softmax_loss(hidden, targets, items, torch.tensor([3, 7, 11, 19, 20]))
+    assert hit.item() == pytest.approx(base.item(), rel=1e-6)
+    unmasked = torch.cat([logits, logits[:, :1]], 1)
+    assert hit.item() != pytest.approx((torch.logsumexp(unmasked, 1) - unmasked[:, 0]).mean().item(), rel=1e-3)
+
+
+def test_negative_sampler_avoids_history():
+    rng = np.random.default_rng(0)
+    n_items = 50
+    train = [rng.choice(np.arange(1, n_items + 1), size=int(n), replace=False) for n in rng.integers(2, 21, 40)]
+    sampler = NegativeSampler(train, n_items)
+    users = torch.arange(40)
+    neg = sampler.sample(users, (40, 7, 5), torch.Generator().manual_seed(0))
+    assert neg.shape == (40, 7, 5)
+    assert neg.min() >= 1 and neg.max() <= n_items
+    for u in range(40):
+        assert not set(neg[u].flatten().tolist()) & set(train[u].tolist()), f"user {u} got a history item"
+    # negatives still cover the allowed items (not a degenerate constant)
+    assert len(set(neg[0].flatten().tolist())) > 5
+    flat = sampler.sample(users[:3], (3, 4), torch.Generator().manual_seed(1))
+    assert flat.shape == (3, 4)
+    for u in range(3):
+        assert not set(flat[u].tolist()) & set(train[u].tolist())
+
+
+def test_negative_sampler_is_seeded():
+    train = [np.array([1, 2, 3]), np.array([4, 5])]
+    s = NegativeSampler(train, 20)
+    a = s.sample(torch.tensor([0, 1]), (2, 10), torch.Generator().manual_seed(3))
+    b = s.sample(torch.tensor([0, 1]), (2, 10), torch.Generator().manual_seed(3))
+    assert torch.equal(a, b)

@@ -1,0 +1,215 @@
+"""Properties every registered model must have (new models are covered automatically)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tutorial_lib.errors import ConfigError, UnknownNameError
+from tutorial_lib.models import build_model, get_model_entry, model_names
+from tutorial_lib.training.losses import full_ce_loss
+
+N_ITEMS, MAX_LEN, D = 30, 12, 16
+SMALL = dict(d_model=D, n_heads=2, n_layers=2)
+MODELS = model_names()
+
+
+def make(name: str, seed: int = 0, **extra) -> torch.nn.Module:
+    valid = get_model_entry(name).options()
+    opts = {k: v for k, v in {**SMALL, **extra}.items() if k in valid}
+    torch.manual_seed(seed)
+    return build_model(name, N_ITEMS, MAX_LEN, **opts)
+
+
+def batch(seed: int = 0, padded: bool = True, width: int = MAX_LEN) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, N_ITEMS + 1, (4, width), generator=g)
+    if padded:
+        ids[1, : width - 5] = 0
+        ids[2, : width - 1] = 0
+        ids[3, : width // 2] = 0
+    return ids
+
+
+def test_registry_is_not_empty():
+    assert "sasrec" in MODELS
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_shapes_and_padding_column(name):
+    model = make(name).eval()
+    ids = batch()
+    with torch.no_grad():
+        out = model(ids)
+        scores = model.score_next(ids)
+    assert out.shape == (4, MAX_LEN, D)
+    assert scores.shape == (4, N_ITEMS + 1)
+    assert torch.isneginf(scores[:, 0]).all()
+    assert torch.isfinite(scores[:, 1:]).all()
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("padded", [False, True])
+def test_causal(name, padded):
+    model = make(name).eval()
+    ids = batch(padded=padded)
+    t = MAX_LEN - 4
+    ids2 = ids.clone()
+    ids2[:, t + 1:] = torch.randint(1, N_ITEMS + 1, (4, MAX_LEN - t - 1), generator=torch.Generator().manual_seed(9))
+    assert (ids2[:, t + 1:] != ids[:, t + 1:]).any()
+    with torch.no_grad():
+        a, b = model(ids), model(ids2)
+    valid = ids.ne(0)
+    va = valid[:, : t + 1]
+    torch.testing.assert_close(a[:, : t + 1][va], b[:, : t + 1][va], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:], atol=1e-4)  # the change did reach the later positions
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_trimmed_equals_padded(name):
+    """A batch trimmed to its longest sequence gives the same valid outputs as the same batch padded to max_len,
+    and each row gives the same outputs alone (no interaction across the batch)."""
+    model = make(name).eval()
+    ids = batch(padded=True, width=8)          # at most 8 valid items
+    full = torch.zeros(4, MAX_LEN, dtype=torch.long)
+    full[:, -8:] = ids
+    with torch.no_grad():
+        short, long = model(ids), model(full)
+        alone = model(ids[2:3, -1:])            # one item, no padding at all
+    valid = ids.ne(0)
+    torch.testing.assert_close(short[valid], long[:, -8:][valid], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(alone[0, -1], short[2, -1], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_padding_content_does_not_leak(name):
+    """Garbage written into the padding positions (embedding row 0 and every block's input) changes no
+    valid output."""
+    model = make(name).eval()
+    ids = batch(padded=True)
+    pad = ids.eq(0)
+    with torch.no_grad():
+        ref = model(ids)
+        model.item_embedding.weight[0].normal_()
+        hooks = []
+        if hasattr(model, "blocks"):
+            def noise(_module, args):
+                x, *rest = args
+                x = x.clone()
+                x[pad] = 10 * torch.randn(int(pad.sum()), x.shape[-1])
+                return (x, *rest)
+            hooks = [blk.register_forward_pre_hook(noise) for blk in model.blocks]
+        out = model(ids)
+        for h in hooks:
+            h.remove()
+    torch.testing.assert_close(out[~pad], ref[~pad], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gradients_reach_every_parameter(name):
+    model = make(name, dropout=0.0).train()
+    ids = batch(padded=True)
+    ids[0] = torch.arange(1, MAX_LEN + 1)      # one full row so every position embedding is used
+    targets = torch.roll(ids, -1, dims=1) * ids.ne(0)
+    targets[:, -1] = 1
+    loss = full_ce_loss(model(ids), targets, model.output_embedding)
+    loss.backward()
+    for pname, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        assert p.grad is not None, f"{pname} gets no gradient"
+        g = p.grad
+        if pname == "item_embedding.weight":
+            g = g[1:]                          # the padding row may stay zero
+        assert g.abs().sum() > 0, f"{pname} has an all-zero gradient"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_same_seed_same_model_and_training(name):
+    def run():
+        model = make(name, seed=5)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        ids = batch(padded=True)
+        targets = torch.roll(ids, -1, dims=1) * ids.ne(0)
+        torch.manual_seed(11)                  # dropout
+        losses = []
+        with torch.no_grad():
+            out = model.eval()(ids)
+        model.train()
+        for _ in range(2):
+            opt.zero_grad()
+            loss = full_ce_loss(model(ids), targets, model.output_embedding)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return out, losses
+
+    (o1, l1), (o2, l2) = run(), run()
+    assert torch.equal(o1, o2)
+    assert l1 == l2
+    o3 = make(name, seed=6).eval()(batch(padded=True))
+    assert not torch.allclose(o1, o3)
+
+
+def test_sasrec_tf_layout_runs_and_differs():
+    paper = make("sasrec", seed=0, layout="paper").eval()
+    tf = make("sasrec", seed=0, layout="tf").eval()
+    ids = batch(padded=True)
+    with torch.no_grad():
+        a, b = paper(ids), tf(ids)
+    assert b.shape == a.shape and torch.isfinite(b).all()
+    assert not torch.allclose(a, b, atol=1e-3)
+    # tf layout has no output projection
+    assert sum(p.numel() for p in tf.parameters()) < sum(p.numel() for p in paper.parameters())
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_max_len_below_two(name):
+    with pytest.raises(ConfigError, match="max_len"):
+        build_model(name, N_ITEMS, 1)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_unknown_option_lists_valid_options(name):
+    with pytest.raises(ConfigError) as exc:
+        build_model(name, N_ITEMS, MAX_LEN, no_such_option=3)
+    msg = str(exc.value)
+    assert "no_such_option" in msg
+    for opt in get_model_entry(name).options():
+        assert opt in msg
+
+
+def test_sasrec_bad_settings():
+    with pytest.raises(ConfigError, match="divisible"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, d_model=10, n_heads=3)
+    with pytest.raises(ConfigError, match="layout"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, layout="bogus")
+    with pytest.raises(ConfigError, match="dropout"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, dropout=1.0)
+
+
+def test_input_longer_than_max_len():
+    model = make("sasrec")
+    with pytest.raises(ConfigError, match="max_len"):
+        model(torch.ones(1, MAX_LEN + 1, dtype=torch.long))
+
+
+def test_unknown_model_lists_valid_names():
+    with pytest.raises(UnknownNameError) as exc:
+        build_model("no-such-model", N_ITEMS, MAX_LEN)
+    for name in MODELS:
+        assert name in str(exc.value)
+
+
+def test_model_name_is_case_insensitive():
+    assert get_model_entry("SASRec").name == "sasrec"
+
+
+def test_score_is_dot_product_with_item_matrix():
+    model = make("sasrec").eval()
+    ids = batch()
+    with torch.no_grad():
+        h = model(ids)[:, -1]
+        s = model.score_next(ids)
+    torch.testing.assert_close(s[:, 1:], h @ model.output_embedding[1:].t())
+    assert F.softmax(s, -1)[:, 0].eq(0).all()

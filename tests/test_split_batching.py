@@ -1,0 +1,123 @@
+"""Leave-one-out split and training batches: invariants and no leakage of held-out items."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tutorial_lib.data import SequenceDataset, TrainingWindows, iterate_batches, leave_one_out, left_pad
+from tutorial_lib.data.batching import eval_inputs
+from tutorial_lib.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def varied():
+    """Users of every length from 1 to 25 (some shorter, some longer than the window)."""
+    rng = np.random.default_rng(0)
+    seqs = [rng.permutation(np.arange(1, 41))[:n] for n in list(range(1, 26)) * 4]
+    return SequenceDataset("varied", seqs, 40)
+
+
+def test_leave_one_out_invariants(varied):
+    split = leave_one_out(varied)
+    assert split.n_users == varied.n_users
+    for u, seq in enumerate(varied.sequences):
+        if len(seq) < 3:
+            assert split.valid_target[u] == 0 and split.test_target[u] == 0
+            np.testing.assert_array_equal(split.train[u], seq)
+            assert u not in split.eval_users("valid") and u not in split.eval_users("test")
+        else:
+            rebuilt = np.concatenate([split.train[u], [split.valid_target[u], split.test_target[u]]])
+            np.testing.assert_array_equal(rebuilt, seq)
+            assert u in split.eval_users("valid") and u in split.eval_users("test")
+            # validation input excludes the test item; the test input is train + valid
+            np.testing.assert_array_equal(split.history(u, "valid"), seq[:-2])
+            np.testing.assert_array_equal(split.history(u, "test"), seq[:-1])
+    assert len(split.eval_users("test")) == sum(len(s) >= 3 for s in varied.sequences)
+    with pytest.raises(ValueError):
+        split.targets("train")
+
+
+def test_left_pad():
+    out = left_pad([np.array([1, 2, 3, 4]), np.array([5]), np.array([], dtype=np.int64)], 3)
+    np.testing.assert_array_equal(out, [[2, 3, 4], [0, 0, 5], [0, 0, 0]])
+    np.testing.assert_array_equal(eval_inputs([np.array([7, 8])], 4).numpy(), [[0, 0, 7, 8]])
+
+
+def _epoch(windows, bucketing, seed=0, batch_size=7):
+    return list(iterate_batches(windows, batch_size, torch.Generator().manual_seed(seed), bucketing=bucketing,
+                                bucket_span=2))
+
+
+@pytest.mark.parametrize("bucketing", [False, True])
+@pytest.mark.parametrize("max_len", [4, 30])
+def test_no_leakage_and_targets(varied, bucketing, max_len):
+    split = leave_one_out(varied)
+    windows = TrainingWindows.from_train(split.train, max_len)
+    batches = _epoch(windows, bucketing)
+    seen_users = []
+    for b in batches:
+        assert b.inputs.shape == b.targets.shape
+        if not bucketing:
+            assert b.inputs.shape[1] == max_len
+        # targets are the inputs shifted by one, zero where the input is padding
+        assert (b.targets[b.inputs.eq(0)] == 0).all()
+        assert torch.equal(b.targets[:, :-1], b.inputs[:, 1:] * b.inputs[:, :-1].ne(0))
+        assert (b.targets[b.inputs.ne(0)] > 0).all()
+        for row, u in enumerate(b.users.tolist()):
+            seen_users.append(u)
+            seq = varied.sequences[u]
+            inp = b.inputs[row][b.inputs[row] > 0].numpy()
+            tgt = b.targets[row][b.targets[row] > 0].numpy()
+            # everything this user sees is a contiguous, most recent stretch of its training items
+            train = split.train[u]
+            np.testing.assert_array_equal(inp, train[-len(inp) - 1:-1])
+            np.testing.assert_array_equal(tgt, train[len(train) - len(tgt):])
+            if len(seq) >= 3:
+                held_out = set(seq[-2:].tolist())
+                assert not held_out & set(inp.tolist()), f"user {u}: held-out item used as input"
+                assert not held_out & set(tgt.tolist()), f"user {u}: held-out item used as target"
+            assert len(inp) == min(len(train) - 1, max_len)
+    # every window exactly once per epoch; users with < 2 training items have no window
+    assert sorted(seen_users) == sorted(windows.users.tolist())
+    assert len(seen_users) == len(set(seen_users))
+    assert set(seen_users) == {u for u, s in enumerate(split.train) if len(s) >= 2}
+    assert sum(int(b.targets.ne(0).sum()) for b in batches) == windows.n_targets()
+
+
+def test_bucketing_trims_and_keeps_targets(varied):
+    split = leave_one_out(varied)
+    windows = TrainingWindows.from_train(split.train, 30)
+    plain = {int(u): (i, t) for b in _epoch(windows, False) for u, i, t in zip(b.users, b.inputs, b.targets)}
+    bucketed = _epoch(windows, True)
+    widths = [b.inputs.shape[1] for b in bucketed]
+    assert max(widths) <= 30 and min(widths) < 30       # some batches really are trimmed
+    for b in bucketed:
+        # trimmed to the longest window of the batch, no wasted column
+        assert b.inputs[:, 0].ne(0).any()
+        for u, i, t in zip(b.users.tolist(), b.inputs, b.targets):
+            pi, pt = plain[u]
+            w = i.shape[0]
+            assert torch.equal(pi[-w:], i) and torch.equal(pt[-w:], t)
+            assert (pi[:-w] == 0).all() and (pt[:-w] == 0).all()
+    # bucketing groups similar lengths: the mean within-batch spread is smaller than without it
+    spread = lambda bs: np.mean([float(b.inputs.ne(0).sum(1).max() - b.inputs.ne(0).sum(1).min()) for b in bs])
+    assert spread(bucketed) < spread(_epoch(windows, False))
+
+
+def test_shuffling_is_seeded(varied):
+    windows = TrainingWindows.from_train(leave_one_out(varied).train, 10)
+    order = lambda seed: torch.cat([b.users for b in _epoch(windows, True, seed)]).tolist()
+    assert order(1) == order(1)
+    assert order(1) != order(2)
+
+
+def test_bad_settings(varied):
+    split = leave_one_out(varied)
+    with pytest.raises(ConfigError):
+        TrainingWindows.from_train(split.train, 1)
+    windows = TrainingWindows.from_train(split.train, 5)
+    with pytest.raises(ConfigError):
+        next(iterate_batches(windows, 0, torch.Generator()))
+    with pytest.raises(ConfigError, match="at least 2"):
+        TrainingWindows.from_train([np.array([1]), np.array([2])], 5)

@@ -1,0 +1,165 @@
+"""The trainer on tiny synthetic data: learning, early stopping, checkpoint/resume, budgets, precisions, losses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tutorial_lib.errors import ConfigError
+from tutorial_lib.evaluation import Evaluator
+from tutorial_lib.models import build_model
+from tutorial_lib.training import Trainer, TrainConfig, load_checkpoint
+
+MAX_LEN = 10
+
+
+def make_model(split, seed=0, **opts):
+    torch.manual_seed(seed)
+    return build_model("sasrec", split.n_items, MAX_LEN, **{"d_model": 16, "n_layers": 1, "dropout": 0.1, **opts})
+
+
+def config(**kw):
+    return TrainConfig(**{"epochs": 3, "batch_size": 32, "lr": 1e-2, "device": "cpu", **kw})
+
+
+class Popularity(nn.Module):
+    def __init__(self, split):
+        super().__init__()
+        counts = np.zeros(split.n_items + 1)
+        for t in split.train:
+            np.add.at(counts, t, 1)
+        self.counts = nn.Parameter(torch.tensor(counts, dtype=torch.float32), requires_grad=False)
+
+    def score_next(self, ids):
+        return self.counts.expand(ids.shape[0], -1).clone()
+
+
+def test_training_learns_and_beats_popularity(tiny_split):
+    model = make_model(tiny_split)
+    ev = Evaluator(tiny_split, MAX_LEN)
+    before = ev.evaluate(model, "test")["ndcg@10"]
+    result = Trainer(model, tiny_split, config(epochs=4), ev).fit()
+    losses = [h["loss"] for h in result.history]
+    assert len(losses) == 4 and result.epochs_run == 4
+    assert losses[-1] < 0.85 * losses[0]
+    assert all(np.isfinite(losses))
+    after = ev.evaluate(model, "test")["ndcg@10"]
+    pop = ev.evaluate(Popularity(tiny_split), "test")["ndcg@10"]
+    assert after > before
+    assert after > pop + 0.1, f"trained {after:.3f} vs popularity {pop:.3f}"
+    assert {"valid_ndcg@10", "valid_hr@10", "valid_mrr", "seconds"} <= set(result.history[-1])
+
+
+class ScriptedEvaluator(Evaluator):
+    """Real metrics, except that the selection metric collapses after epoch ``peak`` (so early stopping must
+    trigger); remembers the weights it saw at every validation."""
+
+    def __init__(self, *args, peak=2, **kw):
+        super().__init__(*args, **kw)
+        self.peak, self.calls, self.seen = peak, 0, []
+
+    def evaluate(self, model, stage="valid", device=None):
+        m = super().evaluate(model, stage, device)
+        self.calls += 1
+        self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
+        if self.calls > self.peak:
+            m["ndcg@10"] -= 1.0
+        return m
+
+
+def test_early_stopping_restores_best_weights(tiny_split):
+    model = make_model(tiny_split)
+    ev = ScriptedEvaluator(tiny_split, MAX_LEN, peak=2)
+    result = Trainer(model, tiny_split, config(epochs=20, patience=3), ev).fit()
+    assert result.stopped_early
+    assert result.best_epoch == 2
+    assert result.epochs_run == 2 + 3
+    best_weights = ev.seen[1]
+    final = model.state_dict()
+    assert all(torch.equal(final[k], best_weights[k]) for k in final)
+    assert not all(torch.equal(ev.seen[-1][k], best_weights[k]) for k in final)   # training did move on
+    # the restored model reproduces the best validation metrics exactly
+    again = Evaluator(tiny_split, MAX_LEN).evaluate(model, "valid")
+    for k, v in result.best_valid.items():
+        assert again[k] == pytest.approx(v, abs=1e-12), k
+
+
+def test_early_stopping_with_a_real_evaluator(tiny_split):
+    model = make_model(tiny_split)
+    result = Trainer(model, tiny_split, config(epochs=4, lr=5e-2, patience=1)).fit()
+    assert 1 <= result.best_epoch <= result.epochs_run
+    assert result.best_valid["ndcg@10"] == max(h["valid_ndcg@10"] for h in result.history)
+    again = Evaluator(tiny_split, MAX_LEN).evaluate(model, "valid")
+    assert again == pytest.approx(result.best_valid, abs=1e-12)
+
+
+def test_checkpoint_resume_equals_straight_training(tiny_split, tmp_path, monkeypatch):
+    cfg = dict(epochs=4, patience=10)
+    straight_model = make_model(tiny_split, dropout=0.3)
+    straight = Trainer(straight_model, tiny_split, config(**cfg)).fit()
+
+    ckpt = tmp_path / "run.pt"
+    crashing = Trainer(make_model(tiny_split, dropout=0.3), tiny_split, config(**cfg, checkpoint=str(ckpt)))
+    real_epoch = Trainer.train_epoch
+
+    def crash_at_3(self, epoch):
+        if epoch == 3:
+            raise RuntimeError("simulated crash")
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", crash_at_3)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        crashing.fit()
+    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+
+    state = torch.load(ckpt, weights_only=True)          # plain data only
+    assert state["epoch"] == 2 and len(state["history"]) == 2
+    assert load_checkpoint(ckpt)["epoch"] == 2
+
+    torch.manual_seed(123)                               # scramble the global RNG: resume must restore it
+    resumed_model = make_model(tiny_split, seed=99, dropout=0.3)   # different init: weights must come from the file
+    resumed = Trainer(resumed_model, tiny_split, config(**cfg, checkpoint=str(ckpt))).fit()
+
+    assert resumed.epochs_run == straight.epochs_run == 4
+    assert resumed.best_epoch == straight.best_epoch
+    strip = lambda h: [{k: v for k, v in row.items() if k != "seconds"} for row in h]
+    assert strip(resumed.history) == strip(straight.history)
+    a, b = straight_model.state_dict(), resumed_model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert load_checkpoint(ckpt)["epoch"] == 4
+
+
+def test_time_budget_stops(tiny_split):
+    result = Trainer(make_model(tiny_split), tiny_split, config(epochs=50, time_budget=0.0)).fit()
+    assert result.epochs_run == 1 and result.stopped_early
+
+
+def test_bf16_on_cpu(tiny_split):
+    model = make_model(tiny_split)
+    result = Trainer(model, tiny_split, config(epochs=2, precision="bf16")).fit()
+    losses = [h["loss"] for h in result.history]
+    assert all(np.isfinite(losses)) and losses[1] < losses[0]
+    assert next(model.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("loss", ["ce", "bce", "sampled-ce"])
+def test_every_loss_trains(tiny_split, loss):
+    model = make_model(tiny_split)
+    neg = None if loss == "ce" else 8
+    result = Trainer(model, tiny_split, config(epochs=3, loss=loss, n_negatives=neg)).fit()
+    losses = [h["loss"] for h in result.history]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert result.best_valid["ndcg@10"] > 0
+
+
+def test_bad_config():
+    with pytest.raises(ConfigError, match="sampled-ce"):
+        TrainConfig(loss="hinge")
+    with pytest.raises(ConfigError):
+        TrainConfig(precision="fp8")
+    with pytest.raises(ConfigError):
+        TrainConfig(epochs=0)
+    with pytest.raises(ConfigError):
+        TrainConfig(lr=0)
+    assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1
