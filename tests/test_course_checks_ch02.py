@@ -1,0 +1,99 @@
+"""Checks of notebook 02: the references pass, stubs say 'not done', typical mistakes get their hint."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tutorial_lib.course.checks import CheckFailed, ExerciseNotDone, ch02
+
+
+def attention(q, k, v, allowed):
+    logits = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf"))
+    w = torch.softmax(logits, dim=-1)
+    return w @ v, w
+
+
+def causal_mask(L):
+    return torch.ones(L, L, dtype=torch.bool).tril()
+
+
+def allowed_mask(item_ids):
+    L = item_ids.shape[1]
+    return (item_ids.ne(0)[:, None, None, :] & causal_mask(L)) | torch.eye(L, dtype=torch.bool)
+
+
+def stub(*args):
+    raise NotImplementedError()
+
+
+def test_references_pass(capsys):
+    ch02.check_attention(attention)
+    ch02.check_causal_mask(causal_mask)
+    ch02.check_allowed_mask(allowed_mask)
+    ch02.check_attention_in_heads(attention)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 5 and "no future leakage" in out
+
+
+@pytest.mark.parametrize("check", [ch02.check_attention, ch02.check_causal_mask, ch02.check_allowed_mask,
+                                   ch02.check_attention_in_heads])
+def test_stub_is_not_done(check):
+    with pytest.raises(ExerciseNotDone, match="library's version"):
+        check(stub)
+
+
+def test_attention_without_scaling_gets_the_hint():
+    def no_scale(q, k, v, allowed):
+        w = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~allowed, float("-inf")), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="sqrt"):
+        ch02.check_attention(no_scale)
+
+
+def test_attention_masked_with_zero_gets_the_hint():
+    def zero_fill(q, k, v, allowed):
+        w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, 0.0), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="instead of -inf"):
+        ch02.check_attention(zero_fill)
+
+
+def test_leaky_masks_are_caught_with_an_explanation():
+    with pytest.raises(CheckFailed, match="(?s)leaks from the future.*transpose"):
+        ch02.check_causal_mask(lambda L: torch.ones(L, L, dtype=torch.bool).triu())
+    with pytest.raises(CheckFailed, match="leaks from the future"):
+        ch02.check_causal_mask(lambda L: torch.ones(L, L, dtype=torch.bool).tril(1))
+    with pytest.raises(CheckFailed, match="inverted"):
+        ch02.check_causal_mask(lambda L: ~torch.ones(L, L, dtype=torch.bool).tril())
+    with pytest.raises(CheckFailed, match="itself"):
+        ch02.check_causal_mask(lambda L: torch.ones(L, L, dtype=torch.bool).tril(-1))
+    # a mask that hides too much does not leak, but differs from the library's
+    with pytest.raises(CheckFailed, match="hides keys that are allowed"):
+        ch02.check_causal_mask(lambda L: torch.eye(L, dtype=torch.bool))
+
+
+def test_prove_no_leakage_finds_the_first_leak():
+    assert ch02.prove_no_leakage(causal_mask(6)) is None
+    mask = causal_mask(6)
+    mask[2, 4] = True
+    assert ch02.prove_no_leakage(mask) == (2, 3)
+
+
+def test_allowed_mask_mistakes():
+    def no_eye(ids):
+        return ids.ne(0)[:, None, None, :] & causal_mask(ids.shape[1])
+
+    def rows(ids):
+        L = ids.shape[1]
+        return (ids.ne(0)[:, None, :, None] & causal_mask(L)) | torch.eye(L, dtype=torch.bool)
+
+    with pytest.raises(CheckFailed, match="NaN"):
+        ch02.check_allowed_mask(no_eye)
+    with pytest.raises(CheckFailed, match="QUERIES"):
+        ch02.check_allowed_mask(rows)
+    with pytest.raises(CheckFailed, match="head dimension"):
+        ch02.check_allowed_mask(lambda ids: allowed_mask(ids)[:, 0])

@@ -1,0 +1,341 @@
+"""The machinery behind every exercise check: run the learner's function and the library's tested
+version on the same small inputs, explain the first difference in plain words.
+
+Outcomes of :func:`check_function`:
+
+* success: one line ``✅ <name> matches <library> on N cases`` is printed;
+* the learner's function still raises ``NotImplementedError`` (the stub): :class:`ExerciseNotDone`
+  (a ``NotImplementedError``) saying that the notebook continues with the library's version;
+* any difference: :class:`CheckFailed` (an ``AssertionError``) whose message names the input case, what
+  differs (type, tuple length, shape, dtype, NaN, masking, values at an index) and a hint.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+OK_MARK = "✅"
+TODO_MARK = "⏳"
+
+
+class CheckFailed(AssertionError):
+    """The learner's code runs but does not do what the library does (the message says how)."""
+
+
+class ExerciseNotDone(NotImplementedError):
+    """The learner's function is still the stub that raises ``NotImplementedError``."""
+
+
+@dataclass
+class Case:
+    """One input of a check: positional and keyword arguments, and a short human label."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""
+
+    def call_text(self, name: str) -> str:
+        parts = [short_repr(a) for a in self.args] + [f"{k}={short_repr(v)}" for k, v in self.kwargs.items()]
+        return f"{name}({', '.join(parts)})"
+
+
+# ----------------------------------------------------------------------------- formatting
+def _is_tensor(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A NumPy copy of an array, tensor, list or scalar."""
+    if _is_tensor(x):
+        x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":
+            x = x.float()
+        return x.numpy().copy()
+    return np.array(x)
+
+
+def short_repr(x: Any, limit: int = 12) -> str:
+    """``[3, 7, 2]`` for small arrays/lists/tensors, ``<tensor of shape (2, 5, 8), float32>`` for big ones."""
+    if _is_tensor(x) or isinstance(x, np.ndarray):
+        arr = to_numpy(x)
+        kind = "tensor" if _is_tensor(x) else "array"
+        if arr.size <= limit and arr.ndim <= 2:
+            return np.array2string(arr, separator=", ").replace("\n", "")
+        return f"<{kind} of shape {tuple(arr.shape)}, {arr.dtype}>"
+    if isinstance(x, (list, tuple)) and len(x) <= limit and all(np.isscalar(v) for v in x):
+        return repr(list(x)) if isinstance(x, list) else repr(tuple(x))
+    if isinstance(x, (list, tuple)):
+        return f"<{type(x).__name__} of {len(x)} items>"
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fmt_index(idx: tuple) -> str:
+    return str(int(idx[0])) if len(idx) == 1 else "(" + ", ".join(str(int(i)) for i in idx) + ")"
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, (np.floating, float)):
+        return f"{float(v):.6g}"
+    if isinstance(v, (np.integer, np.bool_)):
+        return str(v.item())
+    return str(v)
+
+
+def _kind(arr: np.ndarray) -> str:
+    names = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "c": "complex numbers"}
+    return names.get(arr.dtype.kind, str(arr.dtype))
+
+
+def _array_like(x: Any) -> bool:
+    return _is_tensor(x) or isinstance(x, (np.ndarray, list, tuple, int, float, bool, np.generic))
+
+
+# ----------------------------------------------------------------------------- comparison
+def explain_difference(actual: Any, expected: Any, name: str = "output", atol: float = 1e-5,
+                       rtol: float = 1e-4) -> str | None:
+    """``None`` when ``actual`` matches ``expected``, else a sentence (or a few lines) saying how it differs.
+
+    Tuples are compared element by element (``name[0]``, ...), dicts key by key, arrays / tensors / lists /
+    numbers with tolerances ``atol``/``rtol`` (exactly for integers and booleans).
+    """
+    if actual is None and expected is not None:
+        return f"{name}: your function returned None; did you forget the `return` statement?"
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return f"{name}: expected a dict with keys {sorted(expected)}, got {type(actual).__name__}"
+        if set(actual) != set(expected):
+            missing, extra = sorted(set(expected) - set(actual)), sorted(set(actual) - set(expected))
+            return f"{name}: keys differ (missing {missing}, unexpected {extra})"
+        for key in expected:
+            msg = explain_difference(actual[key], expected[key], f"{name}[{key!r}]", atol, rtol)
+            if msg:
+                return msg
+        return None
+    if isinstance(expected, tuple):
+        if not isinstance(actual, (tuple, list)):
+            return (f"{name}: expected a tuple of {len(expected)} values, got {type(actual).__name__}"
+                    f"{' of shape ' + str(tuple(np.shape(actual))) if _array_like(actual) else ''}")
+        if len(actual) != len(expected):
+            return f"{name}: expected {len(expected)} values, got {len(actual)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            msg = explain_difference(a, e, f"{name}[{i}]", atol, rtol)
+            if msg:
+                return msg
+        return None
+    if not _array_like(actual):
+        return f"{name}: expected an array-like value, got {type(actual).__name__} ({short_repr(actual)})"
+    try:
+        a = to_numpy(actual)
+    except Exception as exc:  # ragged lists and the like
+        return f"{name}: could not turn your value into an array ({type(exc).__name__}: {exc})"
+    e = to_numpy(expected)
+    return _explain_arrays(a, e, name, atol, rtol)
+
+
+def _explain_arrays(a: np.ndarray, e: np.ndarray, name: str, atol: float, rtol: float) -> str | None:
+    if a.shape != e.shape:
+        msg = f"{name}: shape mismatch: expected {tuple(e.shape)}, yours is {tuple(a.shape)}"
+        if a.ndim == e.ndim and sorted(a.shape) == sorted(e.shape):
+            msg += " (the same sizes in another order: a missing transpose or permute?)"
+        elif a.ndim == e.ndim + 1 and a.shape[1:] == e.shape:
+            msg += " (an extra leading dimension?)"
+        elif a.ndim + 1 == e.ndim and e.shape[1:] == a.shape:
+            msg += " (the batch dimension is missing?)"
+        elif tuple(d for d in a.shape if d != 1) == tuple(d for d in e.shape if d != 1):
+            msg += " (a dimension of size 1 too many or too few: keepdim, squeeze or unsqueeze?)"
+        elif a.size == e.size:
+            msg += " (the same number of elements: a reshape or view in the wrong layout?)"
+        return msg
+    kind_a, kind_e = a.dtype.kind.replace("u", "i"), e.dtype.kind.replace("u", "i")
+    if kind_a != kind_e and a.size and not (kind_e == "f" and kind_a == "i" and e.dtype != object):
+        return f"{name}: expected {_kind(e)} ({e.dtype}), yours are {_kind(a)} ({a.dtype})"
+    if a.dtype == object or e.dtype == object:
+        if a.tolist() == e.tolist():
+            return None
+        return f"{name}: yours is {short_repr(a)}, expected {short_repr(e)}"
+    if e.dtype.kind in "fc" or a.dtype.kind in "fc":
+        wide = np.complex128 if "c" in (a.dtype.kind, e.dtype.kind) else np.float64
+        a64, e64 = a.astype(wide), e.astype(wide)
+        bad_nan = np.isnan(a64) & ~np.isnan(e64)
+        if bad_nan.any():
+            idx = tuple(np.argwhere(bad_nan)[0])
+            return (f"{name}: NaN at {int(bad_nan.sum())} position(s), first at index {_fmt_index(idx)} "
+                    "(a division by zero, or a softmax over a row that is entirely -inf?)")
+        same = np.isclose(a64, e64, atol=atol, rtol=rtol, equal_nan=True)
+    else:
+        same = a == e
+    if same.all():
+        return None
+    if a.ndim == 0:
+        return f"{name}: yours is {_fmt_value(a[()])}, expected {_fmt_value(e[()])}"
+    wrong = ~same
+    n_wrong, first = int(wrong.sum()), tuple(np.argwhere(wrong)[0])
+    lines = [f"{name}: values differ at {n_wrong} of {a.size} positions; first at index {_fmt_index(first)}: "
+             f"yours {_fmt_value(a[first])}, expected {_fmt_value(e[first])}"]
+    masking = _masking_hint(a, e, wrong)
+    if masking:
+        lines.append(masking)
+    elif e.dtype.kind in "fc" or a.dtype.kind in "fc":
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
+        finite = diff[np.isfinite(diff)]
+        if finite.size:
+            lines.append(f"largest absolute difference {finite.max():.3g} (tolerance: atol={atol:g}, rtol={rtol:g})")
+    if a.size <= 24 and a.ndim <= 2:
+        lines.append(f"yours:    {np.array2string(a, separator=', ')}".replace("\n", "\n          "))
+        lines.append(f"expected: {np.array2string(e, separator=', ')}".replace("\n", "\n          "))
+    return "\n".join(lines)
+
+
+def _masking_hint(a: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str | None:
+    """A sentence about masking when every wrong position is a masked one (-inf or exact 0) in one of the two."""
+    with np.errstate(invalid="ignore"):
+        e_masked = np.isneginf(e) | (e == 0) if e.dtype.kind in "fiu" else np.zeros_like(wrong)
+        a_masked = np.isneginf(a) | (a == 0) if a.dtype.kind in "fiu" else np.zeros_like(wrong)
+    if not (e_masked.any() or a_masked.any()):
+        return None
+    if e.ndim < 2 and not np.isneginf(e).any():
+        return None  # zeros in a vector are usually just values (a metric outside the top K), not a mask
+    if np.all(e_masked[wrong]) and not np.any(a_masked[wrong]):
+        value = "-inf" if np.isneginf(e[wrong]).all() else "0"
+        return (f"masking looks wrong: all {int(wrong.sum())} differing positions are masked in the reference "
+                f"({value} there) but not in yours. Is the causal / padding mask applied, and on the right side?")
+    if np.all(a_masked[wrong]) and not np.any(e_masked[wrong]):
+        return ("masking looks wrong: all differing positions are masked (0 or -inf) in yours but hold real "
+                "values in the reference. Is the mask too wide, or inverted (True = keep vs True = hide)?")
+    return None
+
+
+# ----------------------------------------------------------------------------- running a check
+def not_done_message(name: str, library: str | None) -> str:
+    where = f" ({library})" if library else ""
+    return (f"{TODO_MARK} exercise not done yet: the notebook continues with the library's version{where}, so "
+            f"you can read on and come back later. `{name}` still raises NotImplementedError: replace "
+            "`# YOUR CODE HERE` and `raise NotImplementedError()` in the exercise cell with your code, run that "
+            "cell, then run this check again.")
+
+
+def _mutated(before: Any, after: Any) -> bool:
+    try:
+        if _is_tensor(before) or isinstance(before, np.ndarray):
+            b, a = to_numpy(before), to_numpy(after)
+            return b.shape != a.shape or not np.array_equal(b, a, equal_nan=b.dtype.kind in "fc")
+    except Exception:  # noqa: BLE001 - a value we cannot compare is not reported
+        return False
+    return False
+
+
+def call_learner(fn: Callable, case: Case, name: str, library: str | None = None) -> Any:
+    """Call ``fn`` on a deep copy of the case's arguments; translate its exceptions into check outcomes."""
+    args, kwargs = copy.deepcopy(case.args), copy.deepcopy(case.kwargs)
+    try:
+        result = fn(*args, **kwargs)
+    except NotImplementedError:
+        raise ExerciseNotDone(not_done_message(name, library)) from None
+    except Exception as exc:
+        raise CheckFailed(
+            f"`{name}` raised {type(exc).__name__}: {exc}\n"
+            f"while computing {case.call_text(name)}{' (' + case.label + ')' if case.label else ''}.\n"
+            "The traceback above shows the line of your code where it happened."
+        ) from exc
+    for i, (before, after) in enumerate(zip(case.args, args)):
+        if _mutated(before, after):
+            raise CheckFailed(f"`{name}` modified its argument {i + 1} in place for {case.call_text(name)}; "
+                              "work on a copy (e.g. `x = x.clone()` / `np.array(x)`) instead")
+    for key in case.kwargs:
+        if _mutated(case.kwargs[key], kwargs[key]):
+            raise CheckFailed(f"`{name}` modified its argument `{key}` in place for {case.call_text(name)}; "
+                              "work on a copy instead")
+    return result
+
+
+def _explain_result(result: Any, expected: Any, output_names: Sequence[str] | None, atol: float,
+                    rtol: float) -> str | None:
+    if (output_names is not None and isinstance(expected, tuple) and isinstance(result, (tuple, list))
+            and len(result) == len(expected) == len(output_names)):
+        for out_name, r, e in zip(output_names, result, expected):
+            msg = explain_difference(r, e, f"`{out_name}`", atol, rtol)
+            if msg:
+                return msg
+        return None
+    msg = explain_difference(result, expected, "the result", atol, rtol)
+    if msg and output_names is not None and result is not None:
+        msg += f" (expected: {', '.join(output_names)})"
+    return msg
+
+
+def check_function(
+    learner: Callable,
+    reference: Callable,
+    cases: Sequence[Case],
+    *,
+    name: str | None = None,
+    library: str | None = None,
+    output_names: Sequence[str] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    hint: str | None = None,
+    diagnose: Callable[[Case, Any, Any], str | None] | None = None,
+    quiet: bool = False,
+) -> int:
+    """Compare ``learner`` with ``reference`` on every case; print ✅ and return the number of cases.
+
+    Args:
+        learner: the learner's function (from the exercise cell).
+        reference: the library's tested implementation with the same signature.
+        cases: inputs, simplest first (the first failing case is the one explained).
+        name: how to call the function in messages (default: ``learner.__name__``).
+        library: the library function the notebook falls back on, for the messages.
+        output_names: names of the elements when the function returns a tuple (``("inputs", "targets")``).
+        atol, rtol: tolerances for floating-point outputs.
+        hint: a sentence appended to every failure message.
+        diagnose: ``diagnose(case, yours, expected)`` may return a specific hint for this failure
+            (e.g. "you padded on the right").
+        quiet: do not print the success line.
+
+    Raises:
+        ExerciseNotDone: the learner's function raises ``NotImplementedError``.
+        CheckFailed: it raises anything else, modifies its inputs, or returns something different.
+    """
+    name = name or getattr(learner, "__name__", "your function")
+    if not callable(learner):
+        raise CheckFailed(f"expected a function, got {type(learner).__name__}: pass the function itself, "
+                          f"e.g. check({name}) not check({name}(...))")
+    for case in cases:
+        result = call_learner(learner, case, name, library)
+        expected = reference(*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
+        msg = _explain_result(result, expected, output_names, atol, rtol)
+        if msg:
+            label = f" ({case.label})" if case.label else ""
+            text = [f"`{name}` differs from the library's version for\n    {case.call_text(name)}{label}", msg]
+            extra = diagnose(case, result, expected) if diagnose is not None else None
+            if extra:
+                text.append(f"Hint: {extra}")
+            if hint:
+                text.append(f"{'Reminder' if extra else 'Hint'}: {hint}")
+            raise CheckFailed("\n".join(text)) from None
+    if not quiet:
+        against = f" ({library})" if library else ""
+        print(f"{OK_MARK} `{name}` matches the library's version{against} on {len(cases)} test cases.")
+    return len(cases)
+
+
+def fail(message: str) -> None:
+    """Raise :class:`CheckFailed` with ``message`` (for property checks written by hand)."""
+    raise CheckFailed(message)
+
+
+def expect(condition: bool, message: str) -> None:
+    """``fail(message)`` unless ``condition`` holds."""
+    if not condition:
+        raise CheckFailed(message)
+
+
+def passed(message: str) -> None:
+    """Print the success line of a hand-written check."""
+    print(f"{OK_MARK} {message}")

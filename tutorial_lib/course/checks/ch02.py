@@ -1,0 +1,349 @@
+"""Checks of notebook 02 (SASRec from scratch): scaled dot-product attention, the causal mask (with a proof
+that nothing leaks from the future), the mask combined with key padding, and attention inside heads.
+
+Convention of the course (and of ``F.scaled_dot_product_attention``'s boolean mask): a mask is **True where
+a query may attend to a key**. ``nn.MultiheadAttention``'s ``attn_mask`` uses the opposite convention.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .base import Case, call_learner, check_function, expect, fail, passed, to_numpy
+
+ATTENTION_LIBRARY = "tutorial_lib.attention.naive_attention"
+MASK_LIBRARY = "tutorial_lib.attention.SequenceContext.allowed"
+
+
+# ----------------------------------------------------------------------------- references
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The library's attention (no dropout): ``(output, weights)``."""
+    from ...attention import naive_attention
+
+    return naive_attention(q, k, v, allowed)
+
+
+def reference_causal_mask(L: int) -> torch.Tensor:
+    """``(L, L)`` bool, ``True`` where query ``t`` may see key ``j`` (``j <= t``), as the library builds it."""
+    from ...attention import SequenceContext
+
+    return SequenceContext.from_item_ids(torch.ones(1, L, dtype=torch.long)).allowed()[0, 0].clone()
+
+
+def reference_allowed_mask(item_ids: torch.Tensor) -> torch.Tensor:
+    """``(B, 1, L, L)`` bool: causal, padding keys hidden, every position sees itself (the library's mask)."""
+    from ...attention import SequenceContext
+
+    return SequenceContext.from_item_ids(item_ids).allowed().clone()
+
+
+# ----------------------------------------------------------------------------- exercise 1: attention
+def _qkv(rng: np.random.Generator, B: int, H: int, L: int, dh: int, scale: float = 1.0):
+    def t():
+        return torch.from_numpy(rng.normal(0.0, scale, size=(B, H, L, dh)).astype(np.float32))
+    return t(), t(), t()
+
+
+def attention_cases(seed: int = 0) -> list[Case]:
+    """Small, hand-made cases first (no mask, causal, padding), then seeded random ones."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    q, k, v = _qkv(rng, 1, 1, 3, 2)
+    cases.append(Case((q, k, v, torch.ones(3, 3, dtype=torch.bool)), label="1 sequence, 1 head, no mask"))
+    q, k, v = _qkv(rng, 1, 1, 4, 4)
+    cases.append(Case((q, k, v, reference_causal_mask(4)), label="a causal (4, 4) mask"))
+    q, k, v = _qkv(rng, 2, 2, 5, 8, scale=2.0)
+    cases.append(Case((q, k, v, reference_causal_mask(5)), label="2 sequences, 2 heads, large logits: is the "
+                                                                  "scaling by sqrt(d_head) there?"))
+    ids = torch.tensor([[0, 0, 3, 7, 2, 9], [4, 1, 8, 6, 5, 2]])
+    q, k, v = _qkv(rng, 2, 3, 6, 4)
+    cases.append(Case((q, k, v, reference_allowed_mask(ids)), label="left padding + causal mask of shape (B, 1, L, L)"))
+    for _ in range(4):
+        B, H, L, dh = (int(x) for x in rng.integers([1, 1, 2, 2], [4, 5, 10, 17]))
+        q, k, v = _qkv(rng, B, H, L, dh, scale=float(rng.uniform(0.5, 2.0)))
+        ids = torch.from_numpy(rng.integers(1, 50, size=(B, L)))
+        for b in range(B):
+            ids[b, : int(rng.integers(0, L))] = 0
+        cases.append(Case((q, k, v, reference_allowed_mask(ids)), label="random sizes, padding and causal mask"))
+    return cases
+
+
+def _attention_variants(q, k, v, allowed) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Typical mistakes, computed, so that a wrong result can be recognised."""
+    dh = q.shape[-1]
+    raw = q @ k.transpose(-2, -1)
+
+    def finish(logits, dim=-1, fill=float("-inf")):
+        w = torch.softmax(logits.masked_fill(~allowed, fill), dim=dim)
+        return w @ v, w
+
+    return {
+        "no_scale": finish(raw),
+        "scale_d": finish(raw / dh),
+        "scale_sqrt_L": finish(raw / math.sqrt(q.shape[-2])),
+        "dim": finish(raw / math.sqrt(dh), dim=-2),
+        "fill_zero": finish(raw / math.sqrt(dh), fill=0.0),
+        "inverted": _inverted(raw, v, allowed, dh),
+        "no_mask": _no_mask(raw, v, dh),
+    }
+
+
+def _inverted(raw, v, allowed, dh):
+    w = torch.softmax((raw / math.sqrt(dh)).masked_fill(allowed, float("-inf")), dim=-1)
+    return w @ v, w
+
+
+def _no_mask(raw, v, dh):
+    w = torch.softmax(raw / math.sqrt(dh), dim=-1)
+    return w @ v, w
+
+
+_ATTENTION_HINTS = {
+    "no_scale": "your result equals softmax(Q K^T) V without the scaling: divide the logits by sqrt(d_head), "
+                "with d_head = q.shape[-1]",
+    "scale_d": "you divided the logits by d_head; divide by its square root, sqrt(d_head) = math.sqrt(q.shape[-1])",
+    "scale_sqrt_L": "you scaled by the square root of the sequence length; the scale is sqrt(d_head), the size "
+                    "of the LAST dimension of q",
+    "dim": "the softmax runs over the wrong dimension: each QUERY (row) distributes its attention over the keys, "
+           "so normalise over the last dimension (dim=-1)",
+    "fill_zero": "masked logits were set to 0 instead of -inf: exp(0) = 1, so hidden keys still get weight. Use "
+                 "logits.masked_fill(~allowed, float('-inf'))",
+    "inverted": "the mask is inverted: `allowed` is True where a query MAY look, so hide the positions where it is "
+                "False (masked_fill(~allowed, -inf))",
+    "no_mask": "the mask is not applied: hide the keys where `allowed` is False before the softmax",
+}
+
+
+def _diagnose_attention(case: Case, yours, expected) -> str | None:
+    if not isinstance(yours, (tuple, list)) or len(yours) != 2:
+        return "return a pair (output, weights): output (B, H, L, d_head), weights (B, H, L, L)"
+    out, w = yours
+    exp_out, exp_w = expected
+    try:
+        out_np, w_np = to_numpy(out), to_numpy(w)
+    except Exception:  # noqa: BLE001
+        return None
+    if out_np.shape == tuple(exp_w.shape) and w_np.shape == tuple(exp_out.shape) and exp_w.shape != exp_out.shape:
+        return "output and weights are swapped: return (output, weights)"
+    for key, (v_out, v_w) in _attention_variants(*case.args).items():
+        same_w = w_np.shape == tuple(v_w.shape) and np.allclose(np.nan_to_num(w_np), np.nan_to_num(v_w.numpy()),
+                                                                atol=1e-5)
+        if same_w and out_np.shape == tuple(v_out.shape) and np.allclose(
+                np.nan_to_num(out_np), np.nan_to_num(v_out.numpy()), atol=1e-5):
+            return _ATTENTION_HINTS[key]
+    if w_np.shape == tuple(exp_w.shape) and np.allclose(w_np, exp_w.numpy(), atol=1e-5):
+        return "the weights are right but the output is not: the output is weights @ v"
+    return None
+
+
+def check_attention(attention) -> None:
+    """Check ``attention(q, k, v, allowed) -> (output, weights)`` against the library's ``naive_attention``."""
+    check_function(attention, reference_attention, attention_cases(), library=ATTENTION_LIBRARY,
+                   output_names=("output", "weights"), diagnose=_diagnose_attention,
+                   hint="weights = softmax(q @ k^T / sqrt(d_head)) with the logits of hidden keys set to -inf "
+                        "(softmax over the last dimension), output = weights @ v")
+
+
+# ----------------------------------------------------------------------------- exercise 2: the causal mask
+def _as_bool_mask(mask, L: int, name: str) -> torch.Tensor:
+    if mask is None:
+        fail(f"`{name}({L})` returned None; did you forget the `return` statement?")
+    m = torch.as_tensor(mask)
+    expect(tuple(m.shape) == (L, L), f"`{name}({L})` must have shape ({L}, {L}), yours is {tuple(m.shape)}")
+    expect(m.dtype == torch.bool, f"`{name}({L})` must be a bool tensor (True = may attend), yours has dtype "
+                                  f"{m.dtype}; e.g. torch.ones(L, L, dtype=torch.bool).tril()")
+    return m
+
+
+def prove_no_leakage(mask: torch.Tensor, n_sequences: int = 3, d: int = 8, seed: int = 0) -> tuple[int, int] | None:
+    """Run attention with ``mask`` and perturb the future: ``None`` if no output ever changes before the
+    perturbed position, else the first ``(t, j)`` such that the output at ``t`` changed when the inputs at
+    positions ``>= j > t`` changed.
+
+    Queries, keys and values are random projections of random token states ``x`` (the library's
+    ``naive_attention`` is used, so only the mask is tested). For every cut ``j`` the states at positions
+    ``>= j`` are replaced by new random ones; the outputs at positions ``< j`` must stay exactly the same.
+    """
+    from ...attention import naive_attention
+
+    L = mask.shape[-1]
+    gen = torch.Generator().manual_seed(seed)
+    w_q, w_k, w_v = (torch.randn(d, d, generator=gen, dtype=torch.float64) for _ in range(3))
+
+    def run(x):
+        q, k, v = ((x @ w)[:, None] for w in (w_q, w_k, w_v))  # (B, 1, L, d)
+        return naive_attention(q, k, v, mask)[0][:, 0]            # (B, L, d)
+
+    for _ in range(n_sequences):
+        x = torch.randn(1, L, d, generator=gen, dtype=torch.float64)
+        base = run(x)
+        for j in range(1, L):
+            x2 = x.clone()
+            x2[:, j:] = torch.randn(1, L - j, d, generator=gen, dtype=torch.float64)
+            changed = (run(x2)[:, :j] - base[:, :j]).abs().amax(dim=-1)[0] > 1e-9
+            changed |= torch.isnan(base[0, :j]).any(-1)
+            if bool(changed.any()):
+                return int(changed.nonzero()[0, 0]), j
+    return None
+
+
+def check_causal_mask(causal_mask) -> None:
+    """Prove that the learner's ``causal_mask(L)`` lets nothing leak from the future, then compare it with the
+    library's mask (which also catches masks that hide too much)."""
+    name = getattr(causal_mask, "__name__", "causal_mask")
+    for L in (1, 2, 5, 8):
+        mask = _as_bool_mask(call_learner(causal_mask, Case((L,)), name, MASK_LIBRARY), L, name)
+        if L == 1:
+            continue
+        if torch.equal(mask, ~reference_causal_mask(L)):
+            fail(f"`{name}({L})` is inverted: it is True exactly where the causal mask is False. In this course "
+                 "True means 'query t MAY attend to key j' (as in F.scaled_dot_product_attention's boolean mask; "
+                 "nn.MultiheadAttention's attn_mask uses the opposite convention). Return the lower triangle, "
+                 "diagonal included")
+        if not bool(mask.diagonal().all()):
+            t = int((~mask.diagonal()).nonzero()[0, 0])
+            fail(f"`{name}({L})` hides position {t} from itself (mask[{t}, {t}] is False). Position 0 would then "
+                 "see no key at all: its softmax runs over a row of -inf and returns NaN. Position t may look at "
+                 "every j <= t, itself included (the diagonal is True)")
+        leak = prove_no_leakage(mask)
+        if leak is not None:
+            t, j = leak
+            row = mask[t].int().tolist()
+            future = [i for i in range(t + 1, L) if bool(mask[t, i])]
+            hint = ("your mask is the transpose of the causal one: use the LOWER triangle (torch.tril), where row t "
+                    "(the query) allows the columns j <= t (the keys)" if torch.equal(mask, reference_causal_mask(L).T)
+                    else "row t of the mask (query t) must be False at every column j > t")
+            fail(f"information leaks from the future with `{name}({L})`: when the items at positions >= {j} change, "
+                 f"the output at position {t} changes too, although {t} < {j}.\n"
+                 f"Row {t} of your mask is {row}: it lets query {t} read the future key(s) {future}.\n"
+                 "Why it matters: position t is trained to predict the item at t + 1, which is the INPUT at position "
+                 "t + 1. If t can read it, the model learns to copy it: the training loss becomes tiny, and at test "
+                 f"time, where the next item is unknown, the model has learned nothing useful.\nHint: {hint}")
+    passed("no future leakage: with your mask, changing the items after position t never changed the outputs "
+           "at positions <= t (L = 2, 5, 8; every cut t; 3 random sequences each).")
+
+    def _diagnose(case: Case, yours, expected) -> str | None:
+        m = torch.as_tensor(yours)
+        if m.shape == expected.shape and torch.equal(m, ~expected):
+            return ("your mask is inverted: in this course True means 'may attend' (as in "
+                    "F.scaled_dot_product_attention); nn.MultiheadAttention uses the opposite convention")
+        if m.shape == expected.shape and bool((expected & ~m).any()):
+            return "your mask hides keys that are allowed: query t may look at EVERY key j <= t, not only some"
+        return None
+
+    check_function(causal_mask, reference_causal_mask, [Case((L,), label=f"L = {L}") for L in (1, 2, 3, 5, 8, 13)],
+                   name=name, library=MASK_LIBRARY, diagnose=_diagnose,
+                   hint="mask[t, j] is True exactly when j <= t: torch.ones(L, L, dtype=torch.bool).tril()")
+
+
+# ----------------------------------------------------------------------------- exercise 3: mask + padding
+def allowed_cases(seed: int = 0) -> list[Case]:
+    rng = np.random.default_rng(seed)
+    cases = [
+        Case((torch.tensor([[3, 7, 2]]),), label="one sequence without padding"),
+        Case((torch.tensor([[0, 0, 5, 1]]),), label="one sequence with 2 padding positions on the left"),
+        Case((torch.tensor([[0, 0, 0, 4, 9], [6, 2, 8, 1, 3]]),), label="a padded and a full sequence"),
+    ]
+    for _ in range(4):
+        B, L = int(rng.integers(1, 5)), int(rng.integers(2, 12))
+        ids = torch.from_numpy(rng.integers(1, 100, size=(B, L)))
+        for b in range(B):
+            ids[b, : int(rng.integers(0, L))] = 0
+        cases.append(Case((ids,), label="random left-padded batch"))
+    return cases
+
+
+def _diagnose_allowed(case: Case, yours, expected) -> str | None:
+    try:
+        m = torch.as_tensor(to_numpy(yours))
+    except Exception:  # noqa: BLE001
+        return None
+    ids = case.args[0]
+    B, L = ids.shape
+    if m.dim() == 3 and tuple(m.shape) == (B, L, L):
+        return "add the head dimension: the mask has shape (B, 1, L, L), e.g. mask[:, None]"
+    if m.shape != expected.shape or m.dtype != torch.bool:
+        return None
+    eye = torch.eye(L, dtype=torch.bool)
+    valid = ids.ne(0)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    if torch.equal(m, expected & ~eye | (expected & eye & valid[:, None, :, None])) or torch.equal(
+            m, (valid[:, None, None, :] & causal)):
+        return ("padding positions see no key at all, so their softmax is over a row of -inf and gives NaN. Let "
+                "every position always see itself: `| torch.eye(L, dtype=torch.bool)`. (Their outputs are never "
+                "used, but NaNs would spread through the next layers.)")
+    if torch.equal(m, causal | eye):
+        return "the padding is not hidden: keys whose item id is 0 must be False in every row"
+    if torch.equal(m, (valid[:, None, None, :] | eye).expand_as(m)):
+        return "the causal part is missing: combine the padding mask with causal_mask(L) using &"
+    if torch.equal(m, (valid[:, None, :, None] & causal) | eye):
+        return ("you hid padding QUERIES (rows) instead of padding KEYS (columns): the padding mask of the keys "
+                "is valid[:, None, None, :]")
+    return None
+
+
+def check_allowed_mask(allowed_mask) -> None:
+    """Check ``allowed_mask(item_ids) -> (B, 1, L, L)`` against ``SequenceContext.allowed()``."""
+    check_function(allowed_mask, reference_allowed_mask, allowed_cases(), library=MASK_LIBRARY,
+                   diagnose=_diagnose_allowed,
+                   hint="allowed[b, 0, t, j] = (j <= t and item_ids[b, j] != 0) or j == t")
+
+
+# ----------------------------------------------------------------------------- attention inside heads
+def compare_in_heads(attention, d_model: int = 16, n_heads: int = 4, seed: int = 0) -> dict[str, float]:
+    """Run ``attention`` inside the heads of a library :class:`DotProductAttention` and compare.
+
+    Returns the largest absolute differences of the layer output and of the weights against the library's
+    explicit path (``need_weights=True``), and of the output against its fused path (PyTorch's
+    ``scaled_dot_product_attention``).
+    """
+    from ...attention import DotProductAttention, SequenceContext, merge_heads
+
+    gen = torch.Generator().manual_seed(seed)
+    torch_state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    layer = DotProductAttention(d_model, n_heads).eval()
+    torch.set_rng_state(torch_state)
+    x = torch.randn(3, 7, d_model, generator=gen)
+    ids = torch.tensor([[0, 0, 0, 5, 2, 8, 1], [4, 9, 3, 6, 2, 7, 5], [0, 3, 3, 1, 9, 2, 6]])
+    with torch.no_grad():
+        q, k, v = layer.project(x, None)                               # (B, H, L, d_head) each
+        ctx = SequenceContext.from_item_ids(ids)
+        out, weights = attention(q, k, v, ctx.allowed())
+        mine = layer.out_proj(merge_heads(torch.as_tensor(out)))       # (B, L, d)
+        lib, lib_w = layer(x, SequenceContext.from_item_ids(ids, need_weights=True))
+        fused, _ = layer(x, SequenceContext.from_item_ids(ids))
+    valid = ids.ne(0)
+    return {
+        "output vs library (explicit)": float((mine - lib)[valid].abs().max()),
+        "weights vs library": float((torch.as_tensor(weights) - lib_w).abs().max()),
+        "output vs library (fused kernel)": float((mine - fused)[valid].abs().max()),
+    }
+
+
+def check_attention_in_heads(attention, tol: float = 1e-5) -> None:
+    """Use the learner's ``attention`` inside a 4-head :class:`DotProductAttention` and print the differences."""
+    name = getattr(attention, "__name__", "attention")
+    try:
+        diffs = compare_in_heads(attention)
+    except NotImplementedError:
+        call_learner(attention, attention_cases()[0], name, ATTENTION_LIBRARY)  # raises ExerciseNotDone
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error of the learner's code is reported, not raised
+        fail(f"running your `{name}` inside the heads raised {type(exc).__name__}: {exc}. Run check_attention "
+             "first: it explains what differs from the library")
+    for key, value in diffs.items():
+        print(f"  max |difference| {key:34s} {value:.2e}")
+    bad = {k: v for k, v in diffs.items() if not v <= tol}
+    expect(not bad, f"your `{name}` inside the heads differs from the library by more than {tol:g}: {bad}. "
+                    "Run check_attention first: it explains the first difference")
+    passed(f"your `{name}`, run inside 4 heads of DotProductAttention, gives the library's outputs and weights "
+           f"(within {tol:g}, real positions).")
+
+
+__all__ = ["check_attention", "check_causal_mask", "check_allowed_mask", "check_attention_in_heads",
+           "prove_no_leakage", "compare_in_heads", "reference_attention", "reference_causal_mask",
+           "reference_allowed_mask", "attention_cases", "allowed_cases"]
