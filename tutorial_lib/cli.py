@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, mps")
     tr.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     tr.add_argument("--no-bucketing", action="store_true", help="pad every batch to max_len")
+    tr.add_argument("--weighting", default="target", choices=["target", "batch"],
+                    help="every target weighs the same (default), or every batch's mean loss")
+    tr.add_argument("--mask-prob", type=float, default=0.2, help="share of items masked (cloze-trained models)")
     tr.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
     tr.add_argument("--d-model", type=int, default=None)
     tr.add_argument("--layers", type=int, default=None)
@@ -113,7 +116,8 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
         patience=args.patience, eval_every=args.eval_every, eval_users=args.eval_users,
         n_negatives=args.negatives, device=args.device, precision=args.precision,
-        bucketing=not args.no_bucketing, time_budget=args.time_budget, model_options=options,
+        bucketing=not args.no_bucketing, weighting=args.weighting, mask_prob=args.mask_prob,
+        time_budget=args.time_budget, model_options=options,
         data_dir=args.data_dir, download=args.download, progress=False if args.quiet else None,
     )
     checkpoint = Path(args.checkpoint) if args.checkpoint else project_root() / "runs" / f"{spec.tag()}.pt"

@@ -29,7 +29,9 @@ class SequenceContext:
         padding_mask: ``(B, L)`` bool, ``True`` at padding positions.
         causal: if ``True`` position ``t`` may only use positions ``<= t``.
         user: optional ``(B, d_u)`` user representation (Locker's adaptive encoder).
-        extras: optional per-batch data of a family (e.g. co-occurrence lookups).
+        users: optional ``(B,)`` long user indices (families with a user embedding table, e.g. RKSA).
+        max_len: the model's longest window ``n``; with it, :attr:`positions` gives absolute positions.
+        extras: optional per-batch data of a family (e.g. co-occurrence lookups, the input embeddings).
         need_weights: ask the layer to return its attention weights (slower: no fused kernel).
     """
 
@@ -37,6 +39,8 @@ class SequenceContext:
     padding_mask: torch.Tensor
     causal: bool = True
     user: torch.Tensor | None = None
+    users: torch.Tensor | None = None
+    max_len: int | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     need_weights: bool = False
     _allowed: torch.Tensor | None = field(default=None, repr=False)
@@ -53,6 +57,19 @@ class SequenceContext:
     @property
     def length(self) -> int:
         return self.item_ids.shape[1]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """``(L,)`` long absolute positions of the columns, counted so that the most recent item (column
+        ``L - 1``) is always position ``max_len - 1``: ``max_len - L, ..., max_len - 1``.
+
+        Sequences are left-padded, so a position says "how far from the most recent item", and a batch
+        trimmed to fewer columns keeps every item's position.
+        """
+        n = self.max_len if self.max_len is not None else self.length
+        if self.length > n:
+            raise ValueError(f"input has {self.length} columns but max_len is {n}")
+        return torch.arange(n - self.length, n, device=self.item_ids.device)
 
     def allowed(self) -> torch.Tensor:
         """``(B, 1, L, L)`` bool: may query ``i`` look at key ``j``? Built once per batch, shared by layers.
@@ -82,6 +99,34 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise NotImplementedError
+
+
+def apply_shared_pattern(logits: torch.Tensor, v: torch.Tensor, valid: torch.Tensor, causal: bool = True
+                         ) -> torch.Tensor:
+    """Attention whose logits do not depend on the items, only on positions: ``(H, L, L)`` logits shared
+    by the whole batch (PARec/FPARec, handcrafted patterns, LightSANs' decoupled positions).
+
+    Computes, for every row ``b``, ``softmax`` over the keys that are real items of row ``b`` (and,
+    if ``causal``, not in the future) times ``v``, exactly, without materialising ``(B, H, L, L)``:
+    the exponentials are shared and only the normaliser depends on the row.
+
+    Args:
+        logits: ``(H, L, L)``; must be bounded (e.g. soft-capped to ±30) so that shifting by the row
+            maximum cannot underflow every real key.
+        v: ``(B, H, L, dh)`` values.
+        valid: ``(B, L)`` bool, real items.
+    Returns:
+        ``(B, H, L, dh)``; a query with no visible real key (padding) gets 0.
+    """
+    L = logits.shape[-1]
+    if causal:
+        future = torch.ones(L, L, dtype=torch.bool, device=logits.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    e = torch.exp(logits - logits.amax(dim=-1, keepdim=True))          # (H, L, L), shared by the batch
+    keep = valid.to(v.dtype)
+    numerator = torch.einsum("hij,bhjd->bhid", e, v * keep[:, None, :, None])
+    denominator = torch.einsum("hij,bj->bhi", e, keep)
+    return numerator / denominator.clamp_min(1e-30)[..., None]
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -77,13 +77,13 @@ class Batch:
                      self.targets.to(device, non_blocking=True))
 
 
-def iterate_batches(windows: TrainingWindows, batch_size: int, generator: torch.Generator,
-                    bucketing: bool = True, bucket_span: int = 32) -> Iterator[Batch]:
-    """Yield shuffled batches covering every window once.
+def batch_order(windows: TrainingWindows, batch_size: int, generator: torch.Generator, bucketing: bool = True,
+                bucket_span: int = 32) -> list[torch.Tensor]:
+    """Shuffled window indices, cut into batches that cover every window once.
 
     With ``bucketing`` the windows are shuffled, cut into spans of ``bucket_span`` batches, sorted by
-    length inside each span, batched, trimmed to the longest window of the batch, and the batch
-    order is shuffled again. Without it every batch has ``max_len`` columns.
+    length inside each span, batched, and the batch order is shuffled again (so each batch holds
+    windows of similar length and can be trimmed).
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -99,12 +99,94 @@ def iterate_batches(windows: TrainingWindows, batch_size: int, generator: torch.
     batches = list(order.split(batch_size))
     if bucketing:
         batches = [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-    for idx in batches:
+    return batches
+
+
+def iterate_batches(windows: TrainingWindows, batch_size: int, generator: torch.Generator,
+                    bucketing: bool = True, bucket_span: int = 32) -> Iterator[Batch]:
+    """Yield shuffled next-item batches covering every window once (see :func:`batch_order`).
+
+    With ``bucketing`` each batch is trimmed to its longest window; without it every batch has
+    ``max_len`` columns.
+    """
+    for idx in batch_order(windows, batch_size, generator, bucketing, bucket_span):
         width = int(windows.lengths[idx].max()) if bucketing else windows.max_len
         w = windows.windows[idx, -(width + 1):]
         inputs = w[:, :-1]
         # the oldest item of a short window is a target only if an input precedes it
         yield Batch(windows.users[idx], inputs, w[:, 1:] * inputs.ne(0))
+
+
+def iterate_cloze_batches(windows: TrainingWindows, batch_size: int, generator: torch.Generator,
+                          mask_prob: float, mask_id: int, bucketing: bool = True, bucket_span: int = 32
+                          ) -> Iterator[Batch]:
+    """Yield shuffled cloze (masked-item) batches for a bidirectional model (BERT4Rec).
+
+    Each user contributes its most recent ``max_len`` training items. Every item is replaced by
+    ``mask_id`` with probability ``mask_prob``; a row in which nothing was drawn gets its most recent
+    item masked (the position that inference predicts). ``targets`` hold the original item at
+    masked positions and 0 elsewhere, so the losses of :mod:`tutorial_lib.training.losses` apply unchanged.
+    """
+    if not 0.0 < mask_prob < 1.0:
+        raise ConfigError(f"mask_prob must be in (0, 1), got {mask_prob}")
+    full = torch.clamp(windows.lengths + 1, max=windows.max_len)  # items available to a cloze window
+    for idx in batch_order(windows, batch_size, generator, bucketing, bucket_span):
+        width = int(full[idx].max()) if bucketing else windows.max_len
+        seq = windows.windows[idx, -width:]
+        valid = seq.ne(0)
+        masked = (torch.rand(seq.shape, generator=generator) < mask_prob) & valid
+        none = ~masked.any(dim=1)
+        masked[none, -1] = True
+        inputs = torch.where(masked, torch.full_like(seq, mask_id), seq)
+        yield Batch(windows.users[idx], inputs, seq * masked)
+
+
+@dataclass
+class PrefixSamples:
+    """Every prefix of every training history as its own sample (RecBole's "data augmentation").
+
+    Sample ``i`` is user ``users[i]``'s training items before index ``ends[i]`` (at most ``max_len``
+    of them, the most recent), and its target is the item at ``ends[i]``. A user with ``n`` training
+    items gives ``n - 1`` samples, so an epoch has about ``average length`` times more samples than
+    windows: this is what makes this training slow on long histories.
+    """
+
+    train: list[np.ndarray]
+    users: np.ndarray
+    ends: np.ndarray
+    max_len: int
+
+    @classmethod
+    def from_train(cls, train: list[np.ndarray], max_len: int) -> "PrefixSamples":
+        if max_len < 1:
+            raise ConfigError(f"max_len must be >= 1, got {max_len}")
+        counts = np.array([max(len(s) - 1, 0) for s in train], dtype=np.int64)
+        if counts.sum() == 0:
+            raise ConfigError("no user has at least 2 training items; the dataset is too short to train on")
+        users = np.repeat(np.arange(len(train), dtype=np.int64), counts)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        ends = np.arange(counts.sum(), dtype=np.int64) - np.repeat(starts, counts) + 1
+        return cls(train, users, ends, max_len)
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+
+def iterate_prefix_batches(samples: PrefixSamples, batch_size: int, generator: torch.Generator) -> Iterator[Batch]:
+    """Yield shuffled batches of prefix samples: ``inputs`` left-padded and trimmed to the batch's longest
+    prefix; ``targets`` are 0 except in the last column, which holds each sample's next item."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    order = torch.randperm(len(samples), generator=generator).numpy()
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        users, ends = samples.users[idx], samples.ends[idx]
+        prefixes = [samples.train[u][max(0, e - samples.max_len):e] for u, e in zip(users, ends)]
+        width = max(len(p) for p in prefixes)
+        inputs = torch.from_numpy(left_pad(prefixes, width))
+        targets = torch.zeros_like(inputs)
+        targets[:, -1] = torch.from_numpy(np.array([samples.train[u][e] for u, e in zip(users, ends)]))
+        yield Batch(torch.from_numpy(users), inputs, targets)
 
 
 def eval_inputs(histories: list[np.ndarray], max_len: int) -> torch.Tensor:

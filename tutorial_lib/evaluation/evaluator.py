@@ -9,6 +9,7 @@ from torch import nn
 
 from ..data.batching import eval_inputs
 from ..data.split import LeaveOneOutSplit
+from ..models.backbone import user_inputs
 from ..utils.device import resolve_device
 from .metrics import DEFAULT_KS, metrics_from_ranks, rank_of_target
 from .protocol import EvalProtocol
@@ -123,7 +124,8 @@ class Evaluator:
             for start in range(0, len(data.users), self.batch_size):
                 rows = slice(start, start + self.batch_size)
                 width = max(int(data.widths[rows].max()), 1)
-                scores = model.score_next(data.inputs[rows, -width:].to(dev)).float()
+                users = user_inputs(model, torch.from_numpy(data.users[rows]).to(dev))
+                scores = model.score_next(data.inputs[rows, -width:].to(dev), **users).float()
                 target = data.targets[rows].to(dev)
                 if self.protocol.sampled:
                     cand = data.candidates[rows].to(dev)

@@ -40,6 +40,8 @@ class ExperimentSpec:
     device: str = "auto"
     precision: str = "fp32"
     bucketing: bool = True
+    weighting: str = "target"
+    mask_prob: float = 0.2
     time_budget: float | None = None
     model_options: dict = field(default_factory=dict)
     checkpoint: str | None = None
@@ -104,12 +106,14 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     split = leave_one_out(data)
     max_len = spec.resolved_max_len()
     seed_everything(spec.seed)
-    model = build_model(spec.model, n_items=data.n_items, max_len=max_len, **spec.resolved_model_options())
+    model = build_model(spec.model, n_items=data.n_items, max_len=max_len, n_users=data.n_users,
+                        **spec.resolved_model_options())
     protocol = EvalProtocol(spec.protocol, max_users=spec.eval_users, seed=spec.seed)
     evaluator = Evaluator(split, max_len, protocol)
     config = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, loss=spec.loss,
                          n_negatives=spec.n_negatives, eval_every=spec.eval_every, patience=spec.patience,
                          seed=spec.seed, device=spec.device, precision=spec.precision, bucketing=spec.bucketing,
+                         weighting=spec.weighting, mask_prob=spec.mask_prob,
                          checkpoint=spec.checkpoint, time_budget=spec.time_budget, progress=spec.progress)
     trainer = Trainer(model, split, config, evaluator)
     result = trainer.fit()

@@ -15,6 +15,7 @@ from ..errors import ConfigError
 
 LAYOUTS = ("paper", "tf")
 POSITIONS = ("absolute", "none")
+FFN_PLACEMENTS = ("block", "stack")
 
 
 class FeedForward(nn.Module):
@@ -43,15 +44,18 @@ class Block(nn.Module):
 
         q = LN(x);  x = q + Attn(q, keys/values=x)
         f = LN(x);  x = (f + Dropout(FFN(f))) * valid
+
+    With ``ffn=False`` the block is attention only (FPARec's released code runs one FFN after the whole
+    stack instead, see :class:`SequentialRecommender`).
     """
 
     def __init__(self, attention: Attention, d_model: int, ffn_dim: int, dropout: float,
-                 layout: str = "paper", ln_eps: float = 1e-8):
+                 layout: str = "paper", ln_eps: float = 1e-8, ffn: bool = True):
         super().__init__()
         self.attention, self.layout = attention, layout
         self.ln_attn = nn.LayerNorm(d_model, eps=ln_eps)
-        self.ln_ffn = nn.LayerNorm(d_model, eps=ln_eps)
-        self.ffn = FeedForward(d_model, ffn_dim, dropout)
+        self.ln_ffn = nn.LayerNorm(d_model, eps=ln_eps) if ffn else None
+        self.ffn = FeedForward(d_model, ffn_dim, dropout) if ffn else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -59,12 +63,14 @@ class Block(nn.Module):
             q = self.ln_attn(x)
             a, weights = self.attention(q, ctx, memory=x)
             x = q + a
-            f = self.ln_ffn(x)
-            x = (f + self.dropout(self.ffn(f))) * ctx.valid_mask.unsqueeze(-1).to(x.dtype)
+            if self.ffn is not None:
+                f = self.ln_ffn(x)
+                x = (f + self.dropout(self.ffn(f))) * ctx.valid_mask.unsqueeze(-1).to(x.dtype)
             return x, weights
         a, weights = self.attention(self.ln_attn(x), ctx)
         x = x + self.dropout(a)
-        x = x + self.dropout(self.ffn(self.ln_ffn(x)))
+        if self.ffn is not None:
+            x = x + self.dropout(self.ffn(self.ln_ffn(x)))
         return x, weights
 
 
@@ -85,31 +91,56 @@ class SequentialRecommender(nn.Module):
         positions: ``"absolute"`` (learned position embeddings added to the input) or ``"none"``
             (families that encode positions inside attention).
         embedding_scale: multiply item embeddings by ``sqrt(d)`` on input (SASRec's code does).
-        causal: autoregressive model (every position predicts the next item).
+        objective: how the model is trained (the trainer reads it):
+            ``"next"``: every position predicts the next item (SASRec family; needs causal attention);
+            ``"cloze"``: masked items are predicted with bidirectional attention (BERT4Rec); the item
+            table then has one extra row, id ``n_items + 1``, for ``[MASK]``;
+            ``"last"``: every prefix of a history is its own sample and only its last position predicts
+            (RecBole's training; the only correct one for non-causal attention such as LightSANs' released code).
+        causal: whether attention masks future positions (default: ``objective == "next"``).
+        ffn_placement: ``"block"`` (a point-wise FFN in every block, the papers) or ``"stack"`` (the
+            blocks are attention only and one FFN follows the stack: FPARec's released code, methods.md §4.2).
+        n_users: when given, a user embedding table ``(n_users, d)`` whose rows reach the attention
+            layers as ``ctx.user`` (``forward(..., users=...)`` must then be called with user indices).
     """
 
     def __init__(self, n_items: int, max_len: int, d_model: int, n_layers: int,
                  attention_factory: Callable[[int], Attention], dropout: float = 0.2,
                  ffn_dim: int | None = None, layout: str = "paper", positions: str = "absolute",
-                 embedding_scale: bool = True, causal: bool = True):
+                 embedding_scale: bool = True, objective: str = "next", causal: bool | None = None,
+                 ffn_placement: str = "block", n_users: int | None = None):
         super().__init__()
+        causal = objective == "next" if causal is None else causal
         check_backbone_config(n_items=n_items, max_len=max_len, d_model=d_model, n_layers=n_layers,
-                              dropout=dropout, layout=layout, positions=positions)
-        self.n_items, self.max_len, self.d_model, self.causal = n_items, max_len, d_model, causal
-        self.layout, self.positions = layout, positions
+                              dropout=dropout, layout=layout, positions=positions, ffn_placement=ffn_placement,
+                              objective=objective, causal=causal)
+        self.n_items, self.max_len, self.d_model = n_items, max_len, d_model
+        self.objective, self.causal = objective, causal
+        self.layout, self.positions, self.ffn_placement = layout, positions, ffn_placement
+        self.mask_id = n_items + 1 if objective == "cloze" else None
         self.embedding_scale = math.sqrt(d_model) if embedding_scale else 1.0
-        self.item_embedding = nn.Embedding(n_items + 1, d_model, padding_idx=0)
+        self.item_embedding = nn.Embedding(n_items + (2 if objective == "cloze" else 1), d_model, padding_idx=0)
         self.position_embedding = nn.Embedding(max_len, d_model) if positions == "absolute" else None
+        self.user_embedding = nn.Embedding(n_users, d_model) if n_users else None
         self.embedding_dropout = nn.Dropout(dropout)
         ln_eps = 1e-8 if layout == "tf" else 1e-6
+        per_block_ffn = ffn_placement == "block"
         self.blocks = nn.ModuleList(
-            Block(attention_factory(i), d_model, ffn_dim or d_model, dropout, layout, ln_eps) for i in range(n_layers)
+            Block(attention_factory(i), d_model, ffn_dim or d_model, dropout, layout, ln_eps, ffn=per_block_ffn)
+            for i in range(n_layers)
         )
+        if per_block_ffn:
+            self.stack_norm = self.stack_ffn = None
+        else:
+            self.stack_norm = nn.LayerNorm(d_model, eps=ln_eps)
+            self.stack_ffn = FeedForward(d_model, ffn_dim or d_model, dropout)
+        self.stack_dropout = nn.Dropout(dropout)
         self.final_norm = nn.LayerNorm(d_model, eps=ln_eps)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Glorot-uniform for every matrix (as SASRec's TF code), zero biases, padding row zero."""
+        """Glorot-uniform for every matrix (as SASRec's TF code), zero biases, padding row zero; then each
+        attention module may re-initialise its own parameters (``reset_parameters`` of the family)."""
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 nn.init.xavier_uniform_(p)
@@ -117,10 +148,36 @@ class SequentialRecommender(nn.Module):
                 nn.init.zeros_(p)
         with torch.no_grad():
             self.item_embedding.weight[0].zero_()
+        for block in self.blocks:
+            reset = getattr(block.attention, "reset_parameters", None)
+            if reset is not None:
+                reset()
+
+    # ----------------------------------------------------------------- hooks for families
+    def prepare(self, split) -> None:
+        """Give every attention module that needs statistics of the training split (RKSA's co-occurrence
+        counts) the chance to compute them. Called by the :class:`~tutorial_lib.training.Trainer`."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "prepare"):
+                module.prepare(split)
+
+    def auxiliary_loss(self) -> torch.Tensor | None:
+        """Sum of the auxiliary losses the attention layers produced in the last forward pass (RKSA's
+        listwise co-occurrence loss), or ``None`` when no layer has one."""
+        losses = [block.attention.aux_loss for block in self.blocks
+                  if getattr(block.attention, "aux_loss", None) is not None]
+        return torch.stack(losses).sum() if losses else None
 
     # ----------------------------------------------------------------- encoding
-    def make_context(self, item_ids: torch.Tensor, need_weights: bool = False, **extras) -> SequenceContext:
-        return SequenceContext.from_item_ids(item_ids, causal=self.causal, need_weights=need_weights, **extras)
+    def make_context(self, item_ids: torch.Tensor, need_weights: bool = False, users: torch.Tensor | None = None,
+                     **extras) -> SequenceContext:
+        user = None
+        if self.user_embedding is not None:
+            if users is None:
+                raise ConfigError("this model has a user embedding: call it with users=<(B,) user indices>")
+            user = self.user_embedding(users)
+        return SequenceContext.from_item_ids(item_ids, causal=self.causal, need_weights=need_weights,
+                                             max_len=self.max_len, users=users, user=user, extras=extras)
 
     def embed(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` ids -> ``(B, L, d)`` input states (padding positions are zero)."""
@@ -134,26 +191,31 @@ class SequentialRecommender(nn.Module):
         x = self.embedding_dropout(x)
         return x * item_ids.ne(0).unsqueeze(-1).to(x.dtype)
 
-    def encode(self, item_ids: torch.Tensor, need_weights: bool = False, **extras
-               ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    def encode(self, item_ids: torch.Tensor, need_weights: bool = False, users: torch.Tensor | None = None,
+               **extras) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """``(B, L)`` ids -> hidden states ``(B, L, d)`` and, per block, its attention weights."""
-        ctx = self.make_context(item_ids, need_weights=need_weights, **extras)
+        ctx = self.make_context(item_ids, need_weights=need_weights, users=users, **extras)
         x = self.embed(item_ids)
+        ctx.extras.setdefault("input_embeddings", x)
         weights = []
         for block in self.blocks:
             x, w = block(x, ctx)
             weights.append(w)
+        if self.stack_ffn is not None:
+            f = self.stack_norm(x)
+            x = (f + self.stack_dropout(self.stack_ffn(f))) * ctx.valid_mask.unsqueeze(-1).to(x.dtype)
         return self.final_norm(x), weights
 
     def forward(self, item_ids: torch.Tensor, **extras) -> torch.Tensor:
-        """``(B, L)`` ids -> ``(B, L, d)`` hidden states; position ``t`` summarises items ``<= t``."""
+        """``(B, L)`` ids -> ``(B, L, d)`` hidden states; if ``causal``, position ``t`` summarises items ``<= t``."""
         return self.encode(item_ids, **extras)[0]
 
     # ------------------------------------------------------------------ scoring
     @property
     def output_embedding(self) -> torch.Tensor:
-        """``(n_items + 1, d)`` item matrix used for scoring (tied with the input embedding)."""
-        return self.item_embedding.weight
+        """``(n_items + 1, d)`` item matrix used for scoring (tied with the input embedding; the
+        ``[MASK]`` row of a bidirectional model is not a candidate)."""
+        return self.item_embedding.weight[: self.n_items + 1]
 
     def score(self, hidden: torch.Tensor) -> torch.Tensor:
         """``(..., d)`` -> ``(..., n_items + 1)`` scores; the padding column is ``-inf``."""
@@ -161,13 +223,33 @@ class SequentialRecommender(nn.Module):
         scores[..., 0] = float("-inf")
         return scores
 
+    def next_item_input(self, item_ids: torch.Tensor) -> torch.Tensor:
+        """The input whose last position predicts the next item. Causal models read the history as it
+        is; a cloze model reads the history shifted left by one with ``[MASK]`` appended (the oldest
+        column drops out, so the width, and ``max_len``, is kept)."""
+        if self.mask_id is None:
+            return item_ids
+        mask = torch.full_like(item_ids[:, :1], self.mask_id)
+        return torch.cat([item_ids[:, 1:], mask], dim=1) if item_ids.shape[1] == self.max_len else \
+            torch.cat([item_ids, mask], dim=1)
+
     def score_next(self, item_ids: torch.Tensor, **extras) -> torch.Tensor:
         """Scores of every candidate next item after the last position: ``(B, L)`` -> ``(B, n_items+1)``."""
-        return self.score(self.forward(item_ids, **extras)[:, -1])
+        return self.score(self.forward(self.next_item_input(item_ids), **extras)[:, -1])
+
+
+def user_inputs(model: nn.Module, users: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Keyword inputs besides the item ids: ``{"users": users}`` for a model with a user embedding
+    table, else nothing (so baselines and plain models are called exactly as before)."""
+    return {"users": users} if getattr(model, "user_embedding", None) is not None else {}
+
+
+OBJECTIVES = ("next", "cloze", "last")
 
 
 def check_backbone_config(*, n_items: int, max_len: int, d_model: int, n_layers: int, dropout: float,
-                          layout: str, positions: str) -> None:
+                          layout: str, positions: str, ffn_placement: str = "block", objective: str = "next",
+                          causal: bool = True) -> None:
     """Raise :class:`ConfigError` for impossible settings, saying how to fix them."""
     if n_items < 1:
         raise ConfigError(f"n_items must be >= 1, got {n_items}")
@@ -181,3 +263,10 @@ def check_backbone_config(*, n_items: int, max_len: int, d_model: int, n_layers:
         raise ConfigError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if positions not in POSITIONS:
         raise ConfigError(f"positions must be one of {POSITIONS}, got {positions!r}")
+    if ffn_placement not in FFN_PLACEMENTS:
+        raise ConfigError(f"ffn_placement must be one of {FFN_PLACEMENTS}, got {ffn_placement!r}")
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective == "next" and not causal:
+        raise ConfigError("objective='next' trains every position on the next item, which needs causal attention; "
+                          "use objective='last' (prefix samples) or 'cloze' for a bidirectional model")

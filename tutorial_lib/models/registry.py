@@ -49,11 +49,17 @@ def model_names() -> list[str]:
     return sorted(MODELS)
 
 
-def build_model(name: str, n_items: int, max_len: int, **options) -> nn.Module:
-    """Build a registered model; unknown options raise a :class:`ConfigError` listing the valid ones."""
+def build_model(name: str, n_items: int, max_len: int, n_users: int | None = None, **options) -> nn.Module:
+    """Build a registered model; unknown options raise a :class:`ConfigError` listing the valid ones.
+
+    ``n_users`` is passed on to the models that have a user embedding (RKSA) and ignored by the others,
+    so a runner can always give it.
+    """
     entry = get_model_entry(name)
     valid = entry.options()
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}; valid options: {sorted(valid)}")
+    if "n_users" in valid and n_users is not None:
+        options["n_users"] = n_users
     return entry.builder(n_items=n_items, max_len=max_len, **options)

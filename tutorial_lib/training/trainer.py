@@ -13,16 +13,19 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data.batching import Batch, TrainingWindows, iterate_batches
+from ..data.batching import (Batch, PrefixSamples, TrainingWindows, iterate_batches, iterate_cloze_batches,
+                             iterate_prefix_batches)
 from ..data.split import LeaveOneOutSplit
 from ..errors import ConfigError
 from ..evaluation.evaluator import Evaluator
+from ..models.backbone import user_inputs
 from ..utils.device import resolve_device
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, full_ce_loss, sampled_softmax_loss
 from .negatives import NegativeSampler
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+WEIGHTINGS = ("target", "batch")
 QUIET_ENV = "TUTORIAL_LIB_QUIET"
 
 
@@ -43,7 +46,13 @@ class TrainConfig:
         device: ``"auto"`` (CUDA, then MPS, then CPU) or an explicit device.
         precision: ``"fp32"``, ``"bf16"`` (autocast, CPU or GPU) or ``"fp16"`` (CUDA AMP).
         bucketing: batch users of similar length and trim padding.
+        weighting: ``"target"`` (default): every target of the epoch weighs the same, whatever the
+            batch it falls in (a batch's mean loss is scaled by its number of targets over the
+            epoch's average); ``"batch"``: every batch's mean loss weighs the same, so with bucketing
+            the targets of short-history batches count several times more than those of long ones.
         grad_clip: clip the gradient norm to this value (``None``: no clipping).
+        mask_prob: share of items replaced by ``[MASK]`` per sequence for cloze-trained
+            (bidirectional) models; ignored by autoregressive ones.
         checkpoint: file to save the training state to after every epoch; an existing file is resumed.
         time_budget: stop (as if early-stopped) after this many seconds of training.
         progress: show tqdm bars (``None``: yes unless ``TUTORIAL_LIB_QUIET=1``).
@@ -64,7 +73,9 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "fp32"
     bucketing: bool = True
+    weighting: str = "target"
     grad_clip: float | None = None
+    mask_prob: float = 0.2
     checkpoint: str | None = None
     time_budget: float | None = None
     progress: bool | None = None
@@ -80,6 +91,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.weighting not in WEIGHTINGS:
+            raise ConfigError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
         self.betas = tuple(self.betas)
@@ -136,8 +149,13 @@ class Trainer:
         self.device = resolve_device(self.config.device)
         self.model = model.to(self.device)
         self.split = split
+        if hasattr(model, "prepare"):
+            model.prepare(split)  # statistics of the training split some families need (RKSA)
         self.evaluator = evaluator or Evaluator(split, model.max_len)
+        self.objective = getattr(model, "objective", "next")
         self.windows = TrainingWindows.from_train(split.train, model.max_len)
+        self.prefixes = PrefixSamples.from_train(split.train, model.max_len) if self.objective == "last" else None
+        self.targets_per_batch = self._mean_targets_per_batch()
         self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self.config.lr, betas=self.config.betas,
                                           weight_decay=self.config.weight_decay)
@@ -151,19 +169,36 @@ class Trainer:
         return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
 
     def compute_loss(self, batch: Batch) -> torch.Tensor:
-        """Loss of one batch (already on the device)."""
+        """Loss of one batch (already on the device), plus the model's auxiliary loss if it has one."""
         cfg = self.config
         with self.autocast():
-            hidden = self.model(batch.inputs)
+            hidden = self.model(batch.inputs, **user_inputs(self.model, batch.users))
         items = self.model.output_embedding
         if cfg.loss == "ce":
-            return full_ce_loss(hidden, batch.targets, items)
-        if cfg.loss == "bce":
+            loss = full_ce_loss(hidden, batch.targets, items)
+        elif cfg.loss == "bce":
             shape = (*batch.targets.shape, cfg.negatives)
             neg = self.sampler.sample(batch.users.cpu(), shape, self.generator).to(self.device)
-            return bce_loss(hidden, batch.targets, items, neg)
-        neg = torch.randint(1, self.split.n_items + 1, (cfg.negatives,), generator=self.generator)
-        return sampled_softmax_loss(hidden, batch.targets, items, neg.to(self.device))
+            loss = bce_loss(hidden, batch.targets, items, neg)
+        else:
+            neg = torch.randint(1, self.split.n_items + 1, (cfg.negatives,), generator=self.generator)
+            loss = sampled_softmax_loss(hidden, batch.targets, items, neg.to(self.device))
+        if cfg.weighting == "target":
+            loss = loss * (batch.targets.ne(0).sum() / self.targets_per_batch)
+        aux = self.model.auxiliary_loss() if hasattr(self.model, "auxiliary_loss") else None
+        return loss if aux is None else loss + aux.float()
+
+    def _mean_targets_per_batch(self) -> float:
+        """Average number of targets per batch over an epoch (the scale of ``weighting="target"``)."""
+        if self.prefixes is not None:
+            return float(min(self.config.batch_size, len(self.prefixes)))
+        n = len(self.windows)
+        if self.objective == "cloze":  # expected masks per window (at least one)
+            items = torch.clamp(self.windows.lengths + 1, max=self.windows.max_len).double()
+            targets = torch.clamp(items * self.config.mask_prob, min=1.0).sum().item()
+        else:
+            targets = float(self.windows.n_targets())
+        return targets / math.ceil(n / self.config.batch_size)
 
     def train_step(self, batch: Batch) -> float:
         self.optimizer.zero_grad(set_to_none=True)
@@ -186,10 +221,18 @@ class Trainer:
         return loss.item()
 
     def train_epoch(self, epoch: int) -> float:
-        """One pass over every user's window; returns the mean loss per batch."""
+        """One pass over every training sample (window, cloze window or prefix); returns the mean loss per batch."""
         self.model.train()
-        batches = iterate_batches(self.windows, self.config.batch_size, self.generator, self.config.bucketing)
-        n_batches = math.ceil(len(self.windows) / self.config.batch_size)
+        cfg = self.config
+        if self.objective == "cloze":
+            batches = iterate_cloze_batches(self.windows, cfg.batch_size, self.generator, cfg.mask_prob,
+                                            self.model.mask_id, cfg.bucketing)
+        elif self.objective == "last":
+            batches = iterate_prefix_batches(self.prefixes, cfg.batch_size, self.generator)
+        else:
+            batches = iterate_batches(self.windows, cfg.batch_size, self.generator, cfg.bucketing)
+        n_samples = len(self.prefixes) if self.prefixes is not None else len(self.windows)
+        n_batches = math.ceil(n_samples / cfg.batch_size)
         bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
                    disable=not self.config.show_progress)
         total = 0.0
