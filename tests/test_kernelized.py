@@ -1,0 +1,209 @@
+"""RKSA: the skew-normal sampler against its closed form, the correlation matrix, the causal shape
+parameter, the listwise loss, the co-occurrence table, and the reduction to dot-product attention."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tutorial_lib.attention import SequenceContext
+from tutorial_lib.attention.kernelized import (
+    CooccurrenceProvider,
+    KernelizedAttention,
+    causal_shape_ratio,
+    counting_kernel,
+    listwise_cooccurrence_loss,
+    skew_normal_covariance,
+    skew_normal_mean,
+    skew_normal_sample,
+    valid_correlation,
+)
+from tutorial_lib.data import leave_one_out
+from tutorial_lib.data.cooccurrence import CooccurrenceTable
+from tutorial_lib.data.dataset import SequenceDataset
+from tutorial_lib.data.split import LeaveOneOutSplit
+from tutorial_lib.errors import ConfigError
+from tutorial_lib.models import build_model
+
+D, L = 16, 7
+
+
+def _random_correlation(n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, n + 2, generator=g, dtype=torch.float64)
+    cov = a @ a.t()
+    s = cov.diagonal().rsqrt()
+    return cov * s[:, None] * s[None, :]
+
+
+def test_sampler_matches_closed_form_mean_and_covariance():
+    n, draws = 4, 400_000
+    psi = _random_correlation(n)
+    xi = torch.tensor([0.5, -1.0, 0.0, 2.0], dtype=torch.float64)
+    omega = torch.tensor([1.0, 0.5, 2.0, 0.3], dtype=torch.float64)
+    delta = torch.tensor([0.0, 0.5, 0.9, -0.7], dtype=torch.float64)
+    chol = torch.linalg.cholesky(psi)
+    g = torch.Generator().manual_seed(0)
+    z = skew_normal_sample(xi.expand(draws, n), omega.expand(draws, n), delta.expand(draws, n), chol, g)
+    mean, cov = z.mean(0), torch.cov(z.t())
+    torch.testing.assert_close(mean, skew_normal_mean(xi, omega, delta), atol=0.01, rtol=0.0)
+    torch.testing.assert_close(cov, skew_normal_covariance(omega, delta, psi), atol=0.02, rtol=0.02)
+    # and it is skewed exactly where δ != 0
+    skew = ((z - mean) ** 3).mean(0) / z.var(0) ** 1.5
+    assert abs(skew[0]) < 0.02 and skew[2] > 0.3 and skew[3] < -0.1
+
+
+def test_gradients_flow_through_the_sample():
+    psi = _random_correlation(5).float()
+    chol = torch.linalg.cholesky(psi).requires_grad_()
+    xi, omega, delta = (torch.randn(3, 5).requires_grad_() for _ in range(3))
+    z = skew_normal_sample(xi, omega.abs(), delta.tanh().abs(), chol, torch.Generator().manual_seed(1))
+    (z ** 2).sum().backward()
+    for t in (xi, omega, delta, chol):
+        assert t.grad is not None and t.grad.abs().sum() > 0
+
+
+def _layer(kernels: str = "ciu", n_users: int = 3) -> tuple[KernelizedAttention, CooccurrenceProvider]:
+    torch.manual_seed(0)
+    provider = CooccurrenceProvider()
+    provider.prepare(LeaveOneOutSplit([np.array([1, 2, 3, 4, 2]), np.array([2, 3, 5]), np.array([6, 1, 2])],
+                                      np.zeros(3, np.int64), np.zeros(3, np.int64), 8))
+    return KernelizedAttention(D, 1, provider, kernels), provider
+
+
+def _ctx(ids: torch.Tensor, **kw) -> SequenceContext:
+    user = torch.randn(ids.shape[0], D)
+    return SequenceContext.from_item_ids(ids, max_len=L, user=user, **kw)
+
+
+@pytest.mark.parametrize("kernels", ["c", "i", "u", "ci", "ciu"])
+def test_correlation_is_valid_with_repeats_and_padding(kernels):
+    att, provider = _layer(kernels)
+    ids = torch.tensor([[0, 0, 1, 2, 2, 2, 3],      # padding and a repeated item
+                        [4, 4, 4, 4, 4, 4, 4],      # one item only
+                        [1, 2, 3, 4, 5, 6, 7]])
+    ctx = _ctx(ids)
+    psi = att.correlation(torch.randn(3, L, D), ctx, provider.batch(ctx))
+    torch.testing.assert_close(psi, psi.transpose(1, 2))
+    torch.testing.assert_close(psi.diagonal(dim1=1, dim2=2), torch.ones(3, L))
+    assert torch.linalg.eigvalsh(psi.double()).min() > 1e-4               # positive definite
+    assert (psi[0, :2, 2:] == 0).all()                                      # padding is uncorrelated
+    torch.linalg.cholesky(psi)
+
+
+def test_counting_kernel():
+    cooc = torch.tensor([[[4.0, 2.0, 0.0], [2.0, 3.0, 1.0], [0.0, 1.0, 0.0]]])
+    counts = torch.tensor([[4.0, 3.0, 0.0]])
+    k = counting_kernel(cooc, counts)
+    torch.testing.assert_close(k, torch.tensor([[[1.0, 4 / 12, 0.0], [4 / 12, 1.0, 0.0], [0.0, 0.0, 1.0]]]))
+
+
+def _naive_shape(cooc: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    B, n, _ = cooc.shape
+    out = torch.zeros(B, n, n)
+    for b in range(B):
+        for t in range(n):
+            keys = [k for k in range(t + 1) if valid[b, k]]
+            if not valid[b, t] or not keys:
+                continue
+            c = cooc[b].clone()
+            for k in keys:                       # the diagonal, as seen from row t
+                others = [l for l in keys if l != k]
+                c[k, k] = sum(c[k, l] for l in others) / max(len(others), 1)
+            a = torch.tensor([sum(c[j, k] * c[k, t] for k in keys) if j in keys else 0.0 for j in range(n)])
+            out[b, t] = a / a.max() if a.max() > 0 else a
+    return out
+
+
+def test_shape_ratio_matches_written_out_eq_10_and_is_causal():
+    g = torch.Generator().manual_seed(2)
+    c = torch.randint(0, 6, (2, L, L), generator=g).float()
+    c = c + c.transpose(1, 2)
+    valid = torch.ones(2, L, dtype=torch.bool)
+    valid[1, :2] = False
+    c = c * valid[:, :, None] * valid[:, None, :]
+    got = causal_shape_ratio(c, valid)
+    torch.testing.assert_close(got, _naive_shape(c, valid), atol=1e-5, rtol=1e-5)
+    c2 = c.clone()
+    c2[:, -1, :-1] += 5
+    c2[:, :-1, -1] += 5
+    torch.testing.assert_close(causal_shape_ratio(c2, valid)[:, :-1], got[:, :-1])
+
+
+def test_listwise_loss_prefers_psi_that_ranks_like_cooccurrence():
+    cooc = torch.zeros(1, 4, 4)
+    cooc[0, 3, :3] = torch.tensor([10.0, 1.0, 0.0])
+    cooc = cooc + cooc.transpose(1, 2)
+    valid = torch.ones(1, 4, dtype=torch.bool)
+    good = torch.eye(4)[None].clone()
+    good[0, 3, :3] = torch.tensor([0.9, 0.1, 0.0])
+    bad = torch.eye(4)[None].clone()
+    bad[0, 3, :3] = torch.tensor([0.0, 0.1, 0.9])
+    assert listwise_cooccurrence_loss(good, cooc, valid) < listwise_cooccurrence_loss(bad, cooc, valid)
+    assert listwise_cooccurrence_loss(good, torch.zeros_like(cooc), valid) == 0
+
+
+def test_zero_scale_reduces_to_dot_product_attention():
+    att, provider = _layer()
+    att.eval()
+    with torch.no_grad():
+        att.scale_qk.weight.zero_()                                           # Ω's bilinear form = -9 d / sqrt(d)
+        att.scale_qk.bias[:D].fill_(3.0)
+        att.scale_qk.bias[D:].fill_(-3.0)                                     # softplus(-36) ~ 0: Ω -> 1e-4
+    ids = torch.tensor([[0, 1, 2, 3, 4, 2, 1]])
+    x = torch.randn(1, L, D)
+    ctx = _ctx(ids, need_weights=True)
+    _, w = att(x, ctx)
+    q, k, _ = att.qkv(x).chunk(3, dim=-1)
+    logits = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~ctx.allowed()[:, 0], float("-inf"))
+    torch.testing.assert_close(w[:, 0], torch.softmax(logits, -1), atol=1e-3, rtol=1e-3)
+    att.train()
+    torch.manual_seed(3)
+    _, w_train = att(x, _ctx(ids, need_weights=True))
+    torch.testing.assert_close(w_train[:, 0], torch.softmax(logits, -1), atol=1e-3, rtol=1e-3)
+
+
+def test_training_sample_is_causal_given_the_noise():
+    model = build_model("rksa", 8, L, n_users=3, d_model=D, dropout=0.0)
+    model.prepare(LeaveOneOutSplit([np.array([1, 2, 3, 4, 2]), np.array([2, 3, 5]), np.array([6, 1, 2])],
+                                   np.zeros(3, np.int64), np.zeros(3, np.int64), 8))
+    model.train()
+    ids = torch.tensor([[0, 1, 2, 3, 4, 2, 1], [5, 6, 7, 8, 1, 2, 3]])
+    ids2 = ids.clone()
+    ids2[:, -2:] = torch.tensor([[7, 7], [8, 8]])
+    users = torch.tensor([0, 2])
+    torch.manual_seed(4)
+    a = model(ids, users=users)
+    torch.manual_seed(4)
+    b = model(ids2, users=users)
+    torch.testing.assert_close(a[:, :-2][ids[:, :-2] > 0], b[:, :-2][ids[:, :-2] > 0], atol=1e-5, rtol=1e-5)
+    assert model.auxiliary_loss() is not None and torch.isfinite(model.auxiliary_loss())
+
+
+def test_cooccurrence_counts_training_items_only_and_backends_agree():
+    seqs = [np.array([1, 2, 3, 9, 8]), np.array([2, 3, 4, 7, 6]), np.array([1, 3, 5, 5])]
+    split = leave_one_out(SequenceDataset("t", seqs, 9))
+    dense, sparse = CooccurrenceTable(split.train, 9, dense=True), CooccurrenceTable(split.train, 9, dense=False)
+    a = torch.tensor([1, 2, 3, 3, 9, 0, 1])
+    b = torch.tensor([3, 3, 3, 1, 8, 1, 4])
+    torch.testing.assert_close(dense.pair_counts(a, b), sparse.pair_counts(a, b))
+    assert dense.pair_counts(a, b).tolist() == [2.0, 2.0, 3.0, 2.0, 0.0, 0.0, 0.0]
+    assert dense.item_counts(torch.tensor([9, 8, 6, 3])).tolist() == [0.0, 0.0, 0.0, 3.0]  # valid/test never counted
+    ids = torch.tensor([[0, 1, 2, 3]])
+    assert dense.block(ids)[0].tolist() == [[0, 0, 0, 0], [0, 2, 1, 2], [0, 1, 2, 2], [0, 2, 2, 3]]
+
+
+def test_bad_settings():
+    provider = CooccurrenceProvider()
+    with pytest.raises(ConfigError, match="kernels"):
+        KernelizedAttention(D, 1, provider, "cx")
+    with pytest.raises(ConfigError, match="item_kernel"):
+        KernelizedAttention(D, 1, provider, "ci", item_kernel="poly")
+    with pytest.raises(ConfigError, match="n_users"):
+        build_model("rksa", 8, L)
+    model = build_model("rksa-c", 8, L)                                       # the counting kernel alone needs no user
+    assert model.user_embedding is None
+    with pytest.raises(ConfigError, match="prepare"):
+        model(torch.tensor([[1, 2, 3]]))
