@@ -1,5 +1,5 @@
 """The shared backbone and the registry of named models."""
-from . import sasrec  # noqa: F401  (registers "sasrec")
+from . import lightsans, locker, parec, rksa, sasrec  # noqa: F401  (register the models)
 from .backbone import Block, FeedForward, SequentialRecommender
 from .registry import MODELS, build_model, get_model_entry, model_names, register_model
 
