@@ -22,21 +22,15 @@ growth; Table 3: LightSANs-ape needs fewer FLOPs than SASRec), and saves a figur
 from __future__ import annotations
 
 import argparse
-import math
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils import flop_counter
-from torch.utils.flop_counter import FlopCounterMode
 
-from tutorial_lib.data.split import LeaveOneOutSplit
+from tutorial_lib.experiments.efficiency import growth_exponent, measure
 from tutorial_lib.experiments.results import git_commit, hardware_description, now_iso
-from tutorial_lib.models import build_model
 from tutorial_lib.utils import atomic_write_text, resolve_device
 
 #: ``name`` or ``name:option=value``; "sasrec:attn_dropout=0.2" is SASRec with dropout on the attention weights
@@ -44,106 +38,6 @@ from tutorial_lib.utils import atomic_write_text, resolve_device
 DEFAULT_MODELS = ("sasrec", "sasrec:attn_dropout=0.2", "lightsans-ape", "lightsans", "parec", "fparec",
                   "pattern-exponential", "locker-conv", "locker-win", "locker-initial", "locker-adapt", "rksa")
 DEFAULT_LENGTHS = (50, 100, 200, 400, 800, 1600, 2048)
-
-
-def _register_cpu_sdpa_flops() -> None:
-    """torch's flop counter knows the CUDA fused attention kernels but not the CPU one; count it the same way
-    (2 matrix products of (L x dh) by (dh x L) and (L x L) by (L x dh) per head)."""
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if op is not None and op not in flop_counter.flop_registry:
-        @flop_counter.register_flop_formula(op)
-        def _cpu_sdpa(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-            return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-_register_cpu_sdpa_flops()
-
-
-def saved_activation_bytes(fn) -> tuple[object, int]:
-    """Run ``fn()`` and return its result and the bytes of distinct storages autograd saved for backward."""
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor):
-        try:
-            storage = t.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-        except (RuntimeError, NotImplementedError):
-            pass
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn()
-    return out, sum(seen.values())
-
-
-def parse_spec(spec: str) -> tuple[str, dict]:
-    """``"sasrec:attn_dropout=0.2"`` -> ``("sasrec", {"attn_dropout": 0.2})``."""
-    name, _, rest = spec.partition(":")
-    options = {}
-    for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        options[key] = float(value) if "." in value else int(value) if value.isdigit() else value
-    return name, options
-
-
-def make_layer(spec: str, length: int, d_model: int, n_items: int, device: torch.device):
-    """The model's first attention layer (with the modules it shares, e.g. position tables) and the model."""
-    name, options = parse_spec(spec)
-    options = {"dropout": 0.0, **options}
-    model = build_model(name, n_items=n_items, max_len=length, n_users=8, d_model=d_model, **options)
-    if hasattr(model, "prepare"):
-        rng = np.random.default_rng(0)
-        train = [rng.integers(1, n_items + 1, 60) for _ in range(8)]
-        model.prepare(LeaveOneOutSplit(train, np.zeros(8, np.int64), np.zeros(8, np.int64), n_items))
-    return model.to(device), model.blocks[0].attention
-
-
-def measure(name: str, length: int, args: argparse.Namespace, device: torch.device) -> dict:
-    model, layer = make_layer(name, length, args.d_model, args.n_items, device)
-    model.train()
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(1, args.n_items + 1, (args.batch, length), generator=g).to(device)
-    users = torch.arange(args.batch, device=device) % 8
-    ctx = model.make_context(ids, users=users if model.user_embedding is not None else None)
-    if ctx.user is not None:
-        ctx.user = ctx.user.detach()  # the layer alone is measured, not the user embedding before it
-    x = torch.randn(args.batch, length, args.d_model, device=device, requires_grad=True)
-    ctx.extras["input_embeddings"] = x.detach()
-
-    def step():
-        y, _ = layer(x, ctx)
-        return y
-
-    with FlopCounterMode(display=False) as counter:
-        with torch.no_grad():
-            step()
-    flops = counter.get_total_flops()
-    y, act_bytes = saved_activation_bytes(step)
-    y.float().square().mean().backward()
-    times = []
-    for _ in range(args.repeats):
-        x.grad = None
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        t0 = time.perf_counter()
-        step().float().square().mean().backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
-    return {"model": name, "L": length, "ms": 1000 * statistics.median(times), "activation_mib": act_bytes / 2**20,
-            "gflops": flops / 1e9, "params": sum(p.numel() for p in model.parameters()),
-            "cuda_peak_mib": None if peak is None else peak / 2**20}
-
-
-def growth_exponent(rows: list[dict], key: str) -> float:
-    """Slope of log(key) against log(L) over the longest three measured lengths."""
-    pts = [(r["L"], r[key]) for r in rows if r.get(key)][-3:]
-    if len(pts) < 2:
-        return math.nan
-    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
-    return float(np.polyfit(x, y, 1)[0])
 
 
 def main(argv: list[str] | None = None) -> int:

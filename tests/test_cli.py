@@ -37,7 +37,8 @@ def test_synthetic_run_appends_one_complete_row(tmp_path, capsys):
     assert row["epochs"] == "2" and row["max_len"] == "10" and "d_model=8" in row["options"]
     assert row["command"].startswith("python -m tutorial_lib train") and "--d-model 8" in row["command"]
     assert 0.0 <= float(row["hr@10"]) <= 1.0 and float(row["ndcg@10"]) <= float(row["hr@10"])
-    curve = tmp_path / "curves" / "sasrec_synthetic_ce_full_s42.csv"
+    assert len(row["run_id"]) == 12 and row["stopped"] in ("epochs", "patience") and "lr=0.001" in row["training"]
+    curve = tmp_path / "curves" / f"sasrec_synthetic_ce_full_s42_{row['run_id']}.csv"
     with open(curve, newline="") as fh:
         lines = list(csv.DictReader(fh))
     assert [r["epoch"] for r in lines] == ["1", "2"] and "valid_ndcg@10" in lines[0]

@@ -11,16 +11,30 @@ def test_readme_results_section_matches_runs_csv():
     assert report.main(["--check"]) == 0, "run: python -m tutorial_lib.experiments.report --write"
 
 
-def test_table_lists_every_row_with_published_numbers(tmp_path):
+ROW = {"model": "sasrec", "dataset": "ml-1m", "protocol": "full", "loss": "ce", "seed": 1, "hr@10": 0.3,
+       "ndcg@10": 0.15, "hr@20": 0.4, "ndcg@20": 0.18, "mrr": 0.12, "best_epoch": 3, "epochs": 5,
+       "train_seconds": 10.0, "seconds_per_epoch": 2.0, "device": "cpu"}
+
+
+def test_tables_average_seeds_mark_the_best_and_place_published_numbers(tmp_path):
     path = tmp_path / "runs.csv"
-    row = {"model": "sasrec", "dataset": "ml-1m", "protocol": "full", "loss": "ce", "seed": 1, "hr@10": 0.3,
-           "ndcg@10": 0.15, "hr@20": 0.4, "ndcg@20": 0.18, "mrr": 0.12, "best_epoch": 3, "epochs": 5,
-           "train_seconds": 10.0, "seconds_per_epoch": 2.0, "device": "cpu"}
-    append_run(row, path)
-    append_run({**row, "protocol": "sampled100", "loss": "bce"}, path)
-    section = report.render_section(path)
-    assert section.count("\n| sasrec |") == 2
-    assert "0.2346 / 0.1186" in section and "0.8245 / 0.5905" in section
+    append_run({**ROW, "run_id": "a"}, path)
+    append_run({**ROW, "seed": 2, "ndcg@10": 0.17, "run_id": "b"}, path)
+    append_run({**ROW, "seed": 2, "ndcg@10": 0.19, "run_id": "b"}, path)          # a rerun replaces its row
+    append_run({**ROW, "model": "fparec", "ndcg@10": 0.10, "run_id": "c"}, path)
+    append_run({**ROW, "protocol": "sampled100", "loss": "bce", "hr@10": 0.8, "run_id": "d"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    table = report.main_table(runs)
+    assert "| sasrec | **0.1700 ± 0.0283 [2]** |" in table                         # mean of 0.15 and 0.19
+    assert "| fparec | 0.1000 [1] |" in table
+    card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r for r in report.scorecard_rows(runs)}
+    fp = card[("FPARec", "sasrec", "ml-1m", "ndcg@10")]
+    assert fp["published"] == 0.1186 and abs(fp["ours"] - 0.17) < 1e-9 and fp["seeds"] == 2
+    sa = card[("SASRec", "sasrec", "ml-1m", "hr@10")]
+    assert sa["published"] == 0.8245 and sa["ours"] == 0.8
+    assert card[("RKSA", "rksa", "video", "hr@10")]["reason"].startswith("not run yet")
+    full = report.render_results_readme(path)
+    assert full.count("| sasrec | ml-1m | full | ce |") == 3 and "## Protocol `sampled100`" in full
 
 
 def test_replace_section_requires_markers():

@@ -72,3 +72,12 @@ def test_items_come_from_user_clusters():
 def test_bad_settings(bad):
     with pytest.raises(ConfigError):
         make_synthetic(**{**SMALL, **bad})
+
+
+def test_tiny_catalogues_terminate():
+    """Users whose interest clusters hold fewer items than their length still get a full sequence."""
+    from tutorial_lib.data import make_synthetic
+
+    d = make_synthetic(n_users=60, n_items=40, min_len=5, max_len=12, seed=0)
+    assert all(len(set(s.tolist())) == len(s) for s in d.sequences)
+    assert max(len(s) for s in d.sequences) <= 12 and min(len(s) for s in d.sequences) >= 5

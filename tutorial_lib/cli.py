@@ -1,4 +1,4 @@
-"""Command line: ``python -m tutorial_lib {datasets,models,train} ...``."""
+"""Command line: ``python -m tutorial_lib {datasets,models,train,benchmark} ...``."""
 from __future__ import annotations
 
 import argparse
@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--no-bucketing", action="store_true", help="pad every batch to max_len")
     tr.add_argument("--weighting", default="target", choices=["target", "batch"],
                     help="every target weighs the same (default), or every batch's mean loss")
-    tr.add_argument("--mask-prob", type=float, default=0.2, help="share of items masked (cloze-trained models)")
+    tr.add_argument("--mask-prob", type=float, default=None,
+                    help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
     tr.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
     tr.add_argument("--d-model", type=int, default=None)
     tr.add_argument("--layers", type=int, default=None)
@@ -76,7 +77,50 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
     tr.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
     tr.add_argument("--quiet", action="store_true", help="no progress bars")
+    bm = sub.add_parser("benchmark", help="run every method on every dataset (resumable), one row per finished run")
+    bm.add_argument("--models", nargs="+", default=["all"],
+                    help="'all' (the complete benchmark) or model names, optionally with a loss: sasrec@bce")
+    bm.add_argument("--datasets", nargs="+", default=["all"], help="'all' or dataset names")
+    bm.add_argument("--seeds", nargs="+", type=int, default=[42])
+    bm.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
+    bm.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"],
+                    help="loss of the models given without @loss")
+    bm.add_argument("--negatives", type=int, default=None)
+    bm.add_argument("--epochs", type=int, default=200)
+    bm.add_argument("--patience", type=int, default=10)
+    bm.add_argument("--eval-every", type=int, default=1)
+    bm.add_argument("--batch-size", type=int, default=128)
+    bm.add_argument("--lr", type=float, default=1e-3)
+    bm.add_argument("--max-len", type=int, default=None, help="default: the presets (200 ML-1M, 50 sparse, RKSA 50)")
+    bm.add_argument("--no-bucketing", action="store_true")
+    bm.add_argument("--device", default="auto")
+    bm.add_argument("--time-budget", type=float, default=None,
+                    help="seconds of wall-clock time for this invocation; rerun the same command to continue")
+    bm.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    bm.add_argument("--dry-run", action="store_true", help="print the plan and its status, run nothing")
+    bm.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
+
+
+def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
+    from .experiments.benchmark import parse_datasets, parse_models, plan, run_benchmark, status, summary
+    from .experiments.results import default_results_path, project_root
+    from .experiments.run import ExperimentSpec
+
+    base = ExperimentSpec(protocol=args.protocol, epochs=args.epochs, patience=args.patience,
+                          eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
+                          n_negatives=args.negatives, bucketing=not args.no_bucketing, device=args.device,
+                          progress=False if args.quiet else None)
+    specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
+    results = Path(args.results) if args.results else default_results_path()
+    checkpoints = project_root() / "runs" / "benchmark"
+    if args.dry_run:
+        print(summary(status(specs, results, checkpoints)))
+        return 0
+    command = "python -m tutorial_lib " + shlex.join(argv)
+    final = run_benchmark(specs, command, args.time_budget, results, checkpoints)
+    print("\n" + summary(final))
+    return 0
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
@@ -103,7 +147,7 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
-    from .experiments.results import append_run, default_results_path, project_root, write_curve
+    from .experiments.results import append_run, curve_path, default_results_path, project_root, write_curve
     from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
 
     options = dict(args.option)
@@ -137,7 +181,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     if not args.no_results:
         command = "python -m tutorial_lib " + shlex.join(argv)
         path = append_run(result.row(command), args.results or default_results_path())
-        curve = path.parent / "curves" / f"{spec.tag()}.csv"
+        curve = curve_path(path, spec.tag(), spec.run_id())
         write_curve(tr.history, curve)
         print(f"appended a row to {path}; training curve in {curve}")
     return 0
@@ -151,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_datasets(args)
         if args.command == "models":
             return cmd_models(args)
+        if args.command == "benchmark":
+            return cmd_benchmark(args, argv)
         return cmd_train(args, argv)
     except TutorialLibError as exc:
         print(f"error: {exc}", file=sys.stderr)

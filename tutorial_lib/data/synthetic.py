@@ -59,14 +59,18 @@ def make_synthetic(n_users: int = 2000, n_items: int = 500, n_clusters: int = 10
         length = int(rng.integers(min_len, max_len + 1))
         seen: set[int] = set()
         seq: list[int] = []
+        pool = sum(len(members[c]) for c in clusters)   # items of the user's clusters still unseen
         while len(seq) < length:
             if seq and rng.random() < markov_prob and int(next_item[seq[-1]]) not in seen:
                 item = int(next_item[seq[-1]])
-            else:
+            elif pool > 0:
                 c = int(rng.choice(clusters))
                 item = int(rng.choice(members[c], p=popularity[c]))
                 if item in seen:
                     continue
+            else:  # the user's clusters are used up (tiny catalogues): any unseen item
+                item = int(rng.choice(np.setdiff1d(np.arange(1, n_items + 1), np.fromiter(seen, dtype=np.int64))))
+            pool -= int(item_cluster[item] in clusters)
             seen.add(item)
             seq.append(item)
         sequences.append(np.array(seq, dtype=np.int64))

@@ -1,48 +1,207 @@
-"""Render ``results/runs.csv`` as Markdown and keep README's results section in sync with it.
+"""Tables generated from ``results/runs.csv``: README's results section and ``results/README.md``.
 
-    python -m tutorial_lib.experiments.report            # print the table
-    python -m tutorial_lib.experiments.report --write    # rewrite README's section between the markers
-    python -m tutorial_lib.experiments.report --check    # exit 1 when README is stale (used by a test)
+    python -m tutorial_lib.experiments.report            # print README's section
+    python -m tutorial_lib.experiments.report --write    # rewrite README's section and results/README.md
+    python -m tutorial_lib.experiments.report --check    # exit 1 when either is stale (a test runs this)
+
+* **Main table**: the headline protocol (DESIGN §4: full ranking, history kept, all users; CE unless the
+  model name says otherwise), mean ± std over seeds of test NDCG@10 and HR@10 per method and dataset,
+  the best mean of each dataset in bold, the number of seeds in brackets when it is not 3.
+* **Scorecard**: every published table cell (:mod:`tutorial_lib.experiments.published`) whose dataset we
+  have, beside our number under *that paper's* protocol, with the difference and the reason where they
+  differ.
+* **All runs**: every row of the results file, latest first per run, with its provenance.
+
+When a run was repeated with the same ``run_id`` only its latest row counts; rows of older versions
+(without ``run_id``) count as their own runs.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
+from .published import PUBLISHED, Published
 from .results import default_results_path, project_root, read_runs
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
-
-#: published numbers we compare with: (model, dataset, protocol, loss) -> (source, hr@10, ndcg@10)
-PUBLISHED = {
-    ("sasrec", "ml-1m", "full", "ce"): ("FPARec paper, Table 3 (SASRec, full ranking)", 0.2346, 0.1186),
-    ("sasrec", "ml-1m", "sampled100", "bce"): ("SASRec paper, Table III (100 sampled negatives)", 0.8245, 0.5905),
-}
+HEADLINE = "full"
+METRICS = ("hr@5", "ndcg@5", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
 
 
-def results_table(rows: list[dict[str, str]]) -> str:
-    """One Markdown line per run, with the published number beside ours where we have one."""
-    lines = [
-        "| model | dataset | protocol | loss | seed | HR@10 | NDCG@10 | HR@20 | NDCG@20 | MRR | published HR@10 / NDCG@10 "
-        "| best epoch / epochs | s/epoch | device |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
-    ]
+# ----------------------------------------------------------------------------- loading
+def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
+    """One row per run (the latest for a ``run_id``), with numbers parsed."""
+    keep: dict[str, dict] = {}
+    for i, r in enumerate(rows):
+        key = r.get("run_id") or f"legacy-{i}"
+        keep[key] = r
+    out = []
+    for r in keep.values():
+        parsed = dict(r)
+        for k in (*METRICS, "seconds_per_epoch", "train_seconds", "valid_ndcg@10"):
+            try:
+                parsed[k] = float(r[k]) if r.get(k) not in (None, "") else math.nan
+            except ValueError:
+                parsed[k] = math.nan
+        out.append(parsed)
+    return out
+
+
+def _label(model: str, loss: str) -> str:
+    return model if loss in ("ce", "") else f"{model} ({loss})"
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return math.nan, math.nan
+    mean = sum(vals) / len(vals)
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
+    return mean, std
+
+
+def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]]:
+    """Runs of ``protocol`` grouped by (method label, dataset)."""
+    out: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        if r.get("protocol") == protocol:
+            out.setdefault((_label(r["model"], r.get("loss", "")), r["dataset"]), []).append(r)
+    return out
+
+
+# ----------------------------------------------------------------------------- tables
+def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, ...] = ("ndcg@10", "hr@10")) -> str:
+    """Methods x datasets, ``mean ± std`` of each metric over seeds, best mean per dataset in bold."""
+    groups = grouped(runs, protocol)
+    if not groups:
+        return f"_No {protocol} runs recorded yet._"
+    methods = sorted({m for m, _ in groups}, key=lambda m: (m.split()[0] != "sasrec", m))
+    datasets = sorted({d for _, d in groups})
+    lines = []
+    for metric in metrics:
+        best = {d: max((_mean_std([r[metric] for r in groups[(m, d)]])[0] for m in methods if (m, d) in groups),
+                       default=math.nan) for d in datasets}
+        lines += [f"**Test {metric.upper()}** ({protocol} ranking; mean ± std over seeds, [n] = number of seeds "
+                  "when not 3)", "", "| method | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
+        for m in methods:
+            cells = []
+            for d in datasets:
+                rs = groups.get((m, d))
+                if not rs:
+                    cells.append("—")
+                    continue
+                mean, std = _mean_std([r[metric] for r in rs])
+                text = f"{mean:.4f} ± {std:.4f}" if len(rs) > 1 else f"{mean:.4f}"
+                if len(rs) != 3:
+                    text += f" [{len(rs)}]"
+                cells.append(f"**{text}**" if mean == best[d] else text)
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
+def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> list[dict]:
+    """Each published cell with a dataset here, beside ours under the paper's protocol."""
+    records = PUBLISHED if records is None else records
+    out = []
+    for rec in records:
+        if rec.dataset is None:
+            continue
+        ours = [r for r in runs if r["model"] == rec.model and r["dataset"] == rec.dataset
+                and r["protocol"] == rec.protocol and (not rec.loss or rec.loss == "cloze" or r.get("loss") == rec.loss)]
+        mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
+        reasons = []
+        if not ours:
+            reasons.append("not run yet")
+        if not rec.same_data:
+            reasons.append("different dataset version")
+        if rec.note:
+            reasons.append(rec.note)
+        out.append({"paper": rec.paper, "table": rec.table, "model": rec.model, "dataset": rec.dataset,
+                    "protocol": rec.protocol, "metric": rec.metric, "published": rec.value, "ours": mean,
+                    "seeds": len(ours), "diff": mean - rec.value, "reason": "; ".join(reasons)})
+    return out
+
+
+def scorecard_table(runs: list[dict], only_run: bool = False) -> str:
+    rows = scorecard_rows(runs)
+    if only_run:
+        rows = [r for r in rows if r["seeds"]]
+    if not rows:
+        return "_No published cell has a matching run yet._"
+    lines = ["| paper (table) | model | dataset | protocol | metric | published | ours | difference | notes |",
+             "|---|---|---|---|---|---:|---:|---:|---|"]
     for r in rows:
-        pub = PUBLISHED.get((r["model"], r["dataset"], r["protocol"], r["loss"]))
-        pub_txt = f"{pub[1]:.4f} / {pub[2]:.4f} ({pub[0]})" if pub else "—"
-        lines.append(
-            f"| {r['model']} | {r['dataset']} | {r['protocol']} | {r['loss']} | {r['seed']} | "
-            f"{float(r['hr@10']):.4f} | {float(r['ndcg@10']):.4f} | {float(r['hr@20']):.4f} | "
-            f"{float(r['ndcg@20']):.4f} | {float(r['mrr']):.4f} | {pub_txt} | {r['best_epoch']} / {r['epochs']} | "
-            f"{float(r['seconds_per_epoch']):.1f} | {r.get('hardware') or r['device']} |")
+        ours = "—" if math.isnan(r["ours"]) else f"{r['ours']:.4f}" + (f" [{r['seeds']}]" if r["seeds"] != 1 else "")
+        diff = "—" if math.isnan(r["diff"]) else f"{r['diff']:+.4f} ({r['diff'] / r['published']:+.0%})"
+        lines.append(f"| {r['paper']} ({r['table']}) | {r['model']} | {r['dataset']} | {r['protocol']} | {r['metric']} "
+                     f"| {r['published']:.4f} | {ours} | {diff} | {r['reason']} |")
     return "\n".join(lines)
 
 
+def runs_table(rows: list[dict[str, str]]) -> str:
+    """Every row of the results file, with its provenance."""
+    if not rows:
+        return "_No runs recorded yet._"
+    lines = ["| model | dataset | protocol | loss | seed | HR@10 | NDCG@10 | HR@20 | NDCG@20 | MRR | best epoch / epochs "
+             "| s/epoch | hardware | commit | run |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['dataset']} | {r['protocol']} | {r['loss']} | {r['seed']} | "
+            f"{float(r['hr@10']):.4f} | {float(r['ndcg@10']):.4f} | {float(r['hr@20']):.4f} | "
+            f"{float(r['ndcg@20']):.4f} | {float(r['mrr']):.4f} | {r['best_epoch']} / {r['epochs']} | "
+            f"{float(r['seconds_per_epoch']):.1f} | {r.get('hardware') or r['device']} | {r.get('commit', '')} | "
+            f"{r.get('run_id') or '—'} |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- documents
 def render_section(results: Path | None = None) -> str:
+    """README's generated section: the main table and the scorecard cells we have run."""
     rows = read_runs(results or default_results_path())
-    body = results_table(rows) if rows else "_No runs recorded yet._"
+    runs = latest_runs(rows)
+    body = "\n\n".join([
+        main_table(runs),
+        "**Reproduction scorecard** (published cells we have run, under each paper's protocol; the full "
+        "scorecard, other protocols and every run with its command are in [results/README.md](results/README.md)):",
+        scorecard_table(runs, only_run=True),
+    ])
     return f"{START}\n{body}\n{END}"
+
+
+def render_results_readme(results: Path | None = None) -> str:
+    path = results or default_results_path()
+    rows = read_runs(path)
+    runs = latest_runs(rows)
+    protocols = sorted({r["protocol"] for r in runs} - {HEADLINE})
+    parts = [
+        "# Results",
+        "",
+        "Generated by `python -m tutorial_lib.experiments.report --write` from `results/runs.csv`, which only the "
+        "CLI (`python -m tutorial_lib train`) and the benchmark runner (`python -m tutorial_lib benchmark`) write. "
+        "Each row carries the exact command, the commit, the hardware and the library versions that produced it; "
+        "per-epoch training curves are in `results/curves/<model>_<dataset>_<loss>_<protocol>_s<seed>_<run_id>.csv`. "
+        "Speed and efficiency tables are in `results/benchmarks/`.",
+        "",
+        "## Main table (headline protocol)",
+        "",
+        "Chronological leave-one-out, full ranking over all items with the user's history kept, all users, model "
+        "selected by validation NDCG@10 with early stopping.",
+        "",
+        main_table(runs),
+    ]
+    for protocol in protocols:
+        parts += ["", f"## Protocol `{protocol}`", "", main_table(runs, protocol)]
+    parts += ["", "## Reproduction scorecard", "",
+              "Every published table cell whose dataset we have, beside our number under that paper's protocol "
+              "(mean over the seeds run, [n] = seeds). Cells of datasets we do not have (SASRec's Beauty, "
+              "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
+              "`tutorial_lib/experiments/published.py`.", "", scorecard_table(runs),
+              "", "## Every run", "", runs_table(rows), ""]
+    return "\n".join(parts)
 
 
 def replace_section(text: str, section: str) -> str:
@@ -58,17 +217,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true")
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--readme", default=str(project_root() / "README.md"))
+    parser.add_argument("--results-readme", default=str(project_root() / "results" / "README.md"))
     args = parser.parse_args(argv)
     section = render_section()
-    readme = Path(args.readme)
+    readme, results_readme = Path(args.readme), Path(args.results_readme)
+    full = render_results_readme()
     if args.check:
-        current = readme.read_text()
-        if replace_section(current, section) != current:
-            print(f"{readme} is out of date: run python -m tutorial_lib.experiments.report --write", file=sys.stderr)
+        stale = []
+        if replace_section(readme.read_text(), section) != readme.read_text():
+            stale.append(str(readme))
+        if not results_readme.exists() or results_readme.read_text() != full:
+            stale.append(str(results_readme))
+        if stale:
+            print(f"out of date: {', '.join(stale)}; run python -m tutorial_lib.experiments.report --write",
+                  file=sys.stderr)
             return 1
         return 0
     if args.write:
         readme.write_text(replace_section(readme.read_text(), section))
+        results_readme.write_text(full)
     else:
         print(section)
     return 0

@@ -23,7 +23,7 @@ RUN_COLUMNS = (
     "model", "dataset", "protocol", "loss", "seed", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr",
     "best_epoch", "epochs", "train_seconds", "seconds_per_epoch", "device", "torch", "commit", "command", "date",
     # provenance and context beyond the required columns
-    "valid_ndcg@10", "max_len", "hardware", "options",
+    "valid_ndcg@10", "max_len", "hardware", "options", "training", "stopped", "run_id",
 )
 
 
@@ -85,6 +85,8 @@ def append_run(row: dict, path: str | Path | None = None) -> Path:
         raise KeyError(f"unknown results columns: {sorted(unknown)}")
     with _locked(path):
         existing = path.read_text() if path.exists() else ""
+        if existing and existing.splitlines()[0].split(",") != list(RUN_COLUMNS):
+            existing = _migrate(existing)  # an older file: rewrite it under the current header
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=RUN_COLUMNS, lineterminator="\n")
         if not existing:
@@ -94,6 +96,25 @@ def append_run(row: dict, path: str | Path | None = None) -> Path:
             existing += "\n"
         atomic_write_text(path, existing + buf.getvalue())
     return path
+
+
+def _migrate(text: str) -> str:
+    """Rows of a results file with an older header, rewritten with :data:`RUN_COLUMNS` (new columns empty)."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    unknown = set().union(*(r.keys() for r in rows)) - set(RUN_COLUMNS) if rows else set()
+    if unknown:
+        raise KeyError(f"results file has columns this version does not know: {sorted(unknown)}")
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=RUN_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: r.get(k, "") for k in RUN_COLUMNS})
+    return buf.getvalue()
+
+
+def curve_path(results: str | Path, tag: str, run_id: str) -> Path:
+    """Where the per-epoch curve of a run is stored: ``<results dir>/curves/<tag>_<run_id>.csv``."""
+    return Path(results).parent / "curves" / f"{tag}_{run_id}.csv"
 
 
 def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -127,5 +148,5 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "git_commit", "hardware_description",
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description",
            "default_results_path", "now_iso", "project_root"]

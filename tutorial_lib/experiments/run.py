@@ -1,6 +1,8 @@
 """One experiment end to end: data -> split -> model -> training -> test metrics -> a results row."""
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -14,7 +16,8 @@ from ..evaluation import EvalProtocol, Evaluator
 from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
 from ..utils.seeding import seed_everything
-from .presets import dataset_defaults
+from ..models.registry import get_model_entry
+from .presets import dataset_defaults, method_preset
 from .results import git_commit, hardware_description, now_iso
 
 SYNTHETIC = "synthetic"
@@ -41,8 +44,9 @@ class ExperimentSpec:
     precision: str = "fp32"
     bucketing: bool = True
     weighting: str = "target"
-    mask_prob: float = 0.2
+    mask_prob: float | None = None
     time_budget: float | None = None
+    deadline: float | None = None
     model_options: dict = field(default_factory=dict)
     checkpoint: str | None = None
     data_dir: str | None = None
@@ -50,17 +54,45 @@ class ExperimentSpec:
     progress: bool | None = None
 
     def resolved_max_len(self) -> int:
-        return int(self.max_len if self.max_len is not None else dataset_defaults(self.dataset)["max_len"])
+        """``max_len`` given, else the method's preset (RKSA: 50), else the dataset's default."""
+        if self.max_len is not None:
+            return int(self.max_len)
+        _, run = method_preset(self.model, self.dataset)
+        return int(run.get("max_len", dataset_defaults(self.dataset)["max_len"]))
 
     def resolved_model_options(self) -> dict:
-        opts = dict(self.model_options)
-        opts.setdefault("dropout", dataset_defaults(self.dataset)["dropout"])
-        return opts
+        """The dataset's dropout, overridden by the method's preset, overridden by ``model_options``."""
+        preset, _ = method_preset(self.model, self.dataset, self.resolved_max_len())
+        opts = {"dropout": dataset_defaults(self.dataset)["dropout"], **preset, **self.model_options}
+        valid = set(get_model_entry(self.model).options())
+        return {k: v for k, v in opts.items() if k in valid or k in self.model_options}
 
     def tag(self) -> str:
         """A file-name-safe identifier of the run (model, dataset, loss, protocol, seed)."""
         raw = f"{self.model}_{self.dataset}_{self.loss}_{self.protocol}_s{self.seed}"
         return re.sub(r"[^A-Za-z0-9_.@-]+", "-", raw)
+
+    def resolved_mask_prob(self) -> float:
+        """Share of masked items for cloze-trained models: given, else the preset (0.2 ML, 0.6 sparse)."""
+        if self.mask_prob is not None:
+            return float(self.mask_prob)
+        return float(method_preset(self.model, self.dataset)[1].get("mask_prob", 0.2))
+
+    def training_options(self) -> dict:
+        """The settings of the training run that can change its result (besides model, data, loss, seed)."""
+        return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr, "patience": self.patience,
+                "eval_every": self.eval_every, "eval_users": self.eval_users, "n_negatives": self.n_negatives,
+                "precision": self.precision, "bucketing": self.bucketing, "weighting": self.weighting,
+                **({"mask_prob": self.resolved_mask_prob()} if self.model.startswith("bert4rec") else {}),
+                **({"time_budget": self.time_budget} if self.time_budget is not None else {})}
+
+    def run_id(self) -> str:
+        """12 hex digits identifying everything that determines the result (not the device or file paths):
+        a run with the same id and a row in ``results/runs.csv`` is finished and never repeated."""
+        key = {"model": self.model, "dataset": self.dataset, "loss": self.loss, "protocol": self.protocol,
+               "seed": self.seed, "max_len": self.resolved_max_len(), "model_options": self.resolved_model_options(),
+               "training": self.training_options()}
+        return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def load_data(spec: ExperimentSpec) -> SequenceDataset:
@@ -96,6 +128,8 @@ class ExperimentResult:
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
             "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
             "options": " ".join(f"{k}={v}" for k, v in sorted(s.resolved_model_options().items())),
+            "training": " ".join(f"{k}={v}" for k, v in s.training_options().items() if v is not None),
+            "stopped": self.train.stop_reason, "run_id": s.run_id(),
         }
 
 
@@ -113,12 +147,13 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     config = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, loss=spec.loss,
                          n_negatives=spec.n_negatives, eval_every=spec.eval_every, patience=spec.patience,
                          seed=spec.seed, device=spec.device, precision=spec.precision, bucketing=spec.bucketing,
-                         weighting=spec.weighting, mask_prob=spec.mask_prob,
-                         checkpoint=spec.checkpoint, time_budget=spec.time_budget, progress=spec.progress)
+                         weighting=spec.weighting, mask_prob=spec.resolved_mask_prob(),
+                         checkpoint=spec.checkpoint, time_budget=spec.time_budget, deadline=spec.deadline,
+                         progress=spec.progress)
     trainer = Trainer(model, split, config, evaluator)
     result = trainer.fit()
     valid = result.best_valid or evaluator.evaluate(trainer.model, "valid")
-    test = evaluator.evaluate(trainer.model, "test")
+    test = evaluator.evaluate(trainer.model, "test") if result.finished else {}
     return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model, commit)
 
 

@@ -54,7 +54,11 @@ class TrainConfig:
         mask_prob: share of items replaced by ``[MASK]`` per sequence for cloze-trained
             (bidirectional) models; ignored by autoregressive ones.
         checkpoint: file to save the training state to after every epoch; an existing file is resumed.
-        time_budget: stop (as if early-stopped) after this many seconds of training.
+        time_budget: stop (as if early-stopped) after this many seconds of training (counted over
+            resumed sessions too); the run counts as finished.
+        deadline: wall-clock time (``time.time()``) after which training pauses at the end of the epoch;
+            the checkpoint holds everything and the run is *not* finished (``stop_reason="deadline"``):
+            the benchmark runner uses it to stop within its time budget and resume later.
         progress: show tqdm bars (``None``: yes unless ``TUTORIAL_LIB_QUIET=1``).
         verbose: print one line per validation (``None``: yes unless ``TUTORIAL_LIB_QUIET=1``).
     """
@@ -78,6 +82,7 @@ class TrainConfig:
     mask_prob: float = 0.2
     checkpoint: str | None = None
     time_budget: float | None = None
+    deadline: float | None = None
     progress: bool | None = None
     verbose: bool | None = None
 
@@ -127,6 +132,11 @@ class TrainResult:
     train_seconds: float
     history: list[dict[str, float]] = field(default_factory=list)
     stopped_early: bool = False
+    stop_reason: str = "epochs"  # "epochs", "patience", "time-budget" or "deadline" (paused, not finished)
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_reason != "deadline"
 
     @property
     def seconds_per_epoch(self) -> float:
@@ -269,7 +279,8 @@ class Trainer:
         """Train until ``epochs``, early stopping or the time budget; restore the best weights."""
         cfg = self.config
         start, best, history, train_seconds = self._resume()
-        stopped_early = best["bad"] >= cfg.patience
+        reason = "patience" if best["bad"] >= cfg.patience else "epochs"
+        stopped_early = reason == "patience"
         for epoch in range(start, cfg.epochs + 1):
             if stopped_early:
                 break
@@ -290,10 +301,13 @@ class Trainer:
                     tqdm.write(f"epoch {epoch:3d}  loss {loss:.4f}  {seconds:5.1f}s  "
                                f"valid {cfg.select_metric} {valid[cfg.select_metric]:.4f}  "
                                f"(best {best['metric']:.4f} @ {best['epoch']})")
-                stopped_early = best["bad"] >= cfg.patience
+                if best["bad"] >= cfg.patience:
+                    stopped_early, reason = True, "patience"
             history.append(row)
-            if cfg.time_budget is not None and train_seconds >= cfg.time_budget:
-                stopped_early = True
+            if not stopped_early and cfg.time_budget is not None and train_seconds >= cfg.time_budget:
+                stopped_early, reason = True, "time-budget"
+            if not stopped_early and epoch < cfg.epochs and cfg.deadline is not None and time.time() >= cfg.deadline:
+                stopped_early, reason = True, "deadline"
             if cfg.checkpoint:
                 save_checkpoint(cfg.checkpoint, self._state(epoch, best, history, train_seconds))
             if stopped_early:
@@ -302,4 +316,5 @@ class Trainer:
             self.model.load_state_dict(best["state"])
         epochs_run = len(history)
         return TrainResult(best_epoch=best["epoch"], best_valid=best["valid"], epochs_run=epochs_run,
-                           train_seconds=train_seconds, history=history, stopped_early=stopped_early)
+                           train_seconds=train_seconds, history=history, stopped_early=stopped_early,
+                           stop_reason=reason)

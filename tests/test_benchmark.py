@@ -1,0 +1,83 @@
+"""The benchmark runner: planning, resumability (finished runs are never repeated, paused ones resume),
+the time budget, and the presets it applies."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import pytest
+
+from tutorial_lib.data import make_synthetic
+from tutorial_lib.errors import UnknownNameError
+from tutorial_lib.experiments import benchmark as bm
+from tutorial_lib.experiments.results import read_runs
+from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
+
+TINY = dict(epochs=3, max_len=10, patience=5, eval_users=50, progress=False,
+            model_options={"d_model": 8, "n_layers": 1})
+
+
+@pytest.fixture()
+def small_synthetic(monkeypatch):
+    data = make_synthetic(n_users=60, n_items=40, min_len=5, max_len=12, seed=0)
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", lambda seed=0: data)
+    return data
+
+
+def test_plan_covers_models_datasets_and_seeds():
+    models = bm.parse_models(["all"], "ce")
+    assert ("sasrec", "bce") in models and ("rksa", "ce") in models and len(models) == 12
+    specs = bm.plan(models, bm.parse_datasets(["all"]), [1, 2])
+    assert len(specs) == 12 * 6 * 2
+    assert len({s.run_id() for s in specs}) == len(specs)
+    assert bm.parse_models(["sasrec@bce", "fparec"], "ce") == [("sasrec", "bce"), ("fparec", "ce")]
+    with pytest.raises(UnknownNameError, match="sasrec"):
+        bm.parse_models(["sasrek"], "ce")
+
+
+def test_presets_reach_the_specs():
+    spec = ExperimentSpec(model="rksa", dataset="ml-1m")
+    assert spec.resolved_max_len() == 50 and spec.resolved_model_options()["dropout"] == 0.5
+    assert ExperimentSpec(model="lightsans", dataset="beauty").resolved_model_options()["k_interests"] == 10
+    assert ExperimentSpec(model="bert4rec", dataset="beauty").resolved_mask_prob() == 0.6
+    user = ExperimentSpec(model="rksa", dataset="ml-1m", max_len=100, model_options={"dropout": 0.1})
+    assert user.resolved_max_len() == 100 and user.resolved_model_options()["dropout"] == 0.1
+
+
+def test_finished_runs_are_recorded_once_and_skipped(tmp_path, small_synthetic):
+    specs = bm.plan([("sasrec", "ce"), ("fparec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY))
+    results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
+    final = bm.run_benchmark(specs, "test", results=results, checkpoints=ckpts, log=lambda m: None)
+    assert [st.state for st in final] == ["done", "done"]
+    rows = read_runs(results)
+    assert [r["model"] for r in rows] == ["sasrec", "fparec"] and all(r["command"] == "test" for r in rows)
+    assert {r["run_id"] for r in rows} == {s.run_id() for s in specs}
+    for s in specs:
+        assert (tmp_path / "curves" / f"{s.tag()}_{s.run_id()}.csv").exists()
+    assert not list(ckpts.glob("*.pt"))                       # finished runs leave no checkpoint
+    bm.run_benchmark(specs, "again", results=results, checkpoints=ckpts, log=lambda m: None)
+    assert len(read_runs(results)) == 2                       # nothing repeated
+    assert "2 done" in bm.summary(final)
+
+
+def test_a_paused_run_resumes_and_only_then_gets_a_row(tmp_path, small_synthetic):
+    spec = replace(ExperimentSpec(**TINY), model="sasrec", dataset="synthetic")
+    results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
+    ckpts.mkdir()
+    ckpt = bm.checkpoint_path(spec, ckpts)
+    paused = run_experiment(replace(spec, checkpoint=str(ckpt), deadline=time.time() - 1))
+    assert paused.train.stop_reason == "deadline" and not paused.train.finished and paused.train.epochs_run == 1
+    assert ckpt.exists() and paused.test == {}
+    assert [st.state for st in bm.status([spec], results, ckpts)] == ["partial"]
+    final = bm.run_benchmark([spec], "resume", results=results, checkpoints=ckpts, log=lambda m: None)
+    assert final[0].state == "done"
+    (row,) = read_runs(results)
+    assert row["epochs"] == "3" and row["stopped"] in ("epochs", "patience")
+
+
+def test_an_exhausted_budget_starts_nothing(tmp_path, small_synthetic):
+    specs = bm.plan([("sasrec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY))
+    messages = []
+    final = bm.run_benchmark(specs, "x", time_budget=-1, results=tmp_path / "r.csv", checkpoints=tmp_path / "c",
+                             log=messages.append)
+    assert final[0].state == "pending" and "time budget" in messages[0]

@@ -1,0 +1,170 @@
+"""The benchmark runner: every method on every dataset, resumable, one results store.
+
+    python -m tutorial_lib benchmark --models all --datasets all --seeds 42 43 44 [--protocol full]
+                                     [--time-budget SECONDS] [--dry-run]
+
+* **Plan**: the models x datasets x seeds, each an :class:`ExperimentSpec` with the presets of
+  :mod:`tutorial_lib.experiments.presets`. ``--models all`` is :data:`BENCHMARK_MODELS` (SASRec with CE and
+  with BCE, LightSANs and -ape, PARec, FPARec, the five causal Locker variants, RKSA); a model can carry its
+  loss after an ``@`` (``sasrec@bce``).
+* **Resumable**: a run whose ``run_id`` already has a row in ``results/runs.csv`` is finished and skipped;
+  an interrupted one continues from its checkpoint in ``runs/benchmark/`` (saved after every epoch).
+* **Time budget**: no run starts after the budget is spent, and the running one pauses at the end of its
+  epoch (its checkpoint keeps everything; the next invocation resumes it). Only finished runs get a row.
+* **One store**: the rows (with the command, commit, hardware and versions) and the per-epoch curves in
+  ``results/curves/``, the same format on CPU and GPU (device ``auto``).
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..models.registry import get_model_entry
+from .results import append_run, curve_path, default_results_path, project_root, read_runs, write_curve
+from .run import ExperimentSpec, run_experiment
+
+#: (model, loss) pairs of the complete benchmark (issue: SASRec with BCE and CE, LightSANs, LightSANs-ape,
+#: PARec, FPARec, the five causal Locker variants, RKSA)
+BENCHMARK_MODELS: tuple[tuple[str, str], ...] = (
+    ("sasrec", "ce"), ("sasrec", "bce"), ("lightsans", "ce"), ("lightsans-ape", "ce"), ("parec", "ce"),
+    ("fparec", "ce"), ("locker-rnn", "ce"), ("locker-conv", "ce"), ("locker-win", "ce"), ("locker-initial", "ce"),
+    ("locker-adapt", "ce"), ("rksa", "ce"),
+)
+BENCHMARK_DATASETS: tuple[str, ...] = ("ml-1m", "beauty", "sports", "toys", "yelp", "video")
+
+
+def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str]]:
+    """``["all"]`` or ``["sasrec", "sasrec@bce", ...]`` -> ``[(model, loss), ...]`` (names checked)."""
+    if list(names) == ["all"]:
+        return list(BENCHMARK_MODELS)
+    out = []
+    for name in names:
+        model, _, loss = name.lower().partition("@")
+        get_model_entry(model)  # unknown names raise, listing the valid ones
+        out.append((model, loss or default_loss))
+    return out
+
+
+def parse_datasets(names: Sequence[str]) -> list[str]:
+    from ..data.registry import dataset_names
+
+    if list(names) == ["all"]:
+        return list(BENCHMARK_DATASETS)
+    valid = set(dataset_names()) | {"synthetic"}
+    bad = [n for n in names if n.lower() not in valid]
+    if bad:
+        raise ConfigError(f"unknown dataset(s) {bad}; valid datasets are: {', '.join(sorted(valid))}")
+    return [n.lower() for n in names]
+
+
+def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
+         base: ExperimentSpec | None = None) -> list[ExperimentSpec]:
+    """One spec per (dataset, model, seed), datasets outermost (a dataset is loaded once per invocation)."""
+    base = base or ExperimentSpec()
+    return [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=dict(base.model_options))
+            for d in datasets for m, loss in models for s in seeds]
+
+
+@dataclass
+class RunStatus:
+    spec: ExperimentSpec
+    state: str            # "done", "partial" (a checkpoint exists) or "pending"
+    checkpoint: Path
+    row: dict | None = None
+
+
+def checkpoint_path(spec: ExperimentSpec, folder: Path) -> Path:
+    return folder / f"{spec.tag()}_{spec.run_id()}.pt"
+
+
+def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path) -> list[RunStatus]:
+    """Which runs are finished (a row with their ``run_id``), partial (a checkpoint) or pending."""
+    rows = {r.get("run_id"): r for r in read_runs(results) if r.get("run_id")}
+    out = []
+    for spec in specs:
+        ckpt = checkpoint_path(spec, checkpoints)
+        rid = spec.run_id()
+        state = "done" if rid in rows else "partial" if ckpt.exists() else "pending"
+        out.append(RunStatus(spec, state, ckpt, rows.get(rid)))
+    return out
+
+
+def summary(statuses: Sequence[RunStatus]) -> str:
+    """A progress table: one line per run, then the counts and the training time spent so far."""
+    lines = [f"{'dataset':14s} {'model':16s} {'loss':5s} {'seed':>4s}  {'state':8s} {'HR@10':>7s} {'NDCG@10':>8s}"
+             f" {'s/epoch':>8s}"]
+    spent = 0.0
+    for st in statuses:
+        s, r = st.spec, st.row or {}
+        if r:
+            spent += float(r.get("train_seconds") or 0.0)
+        lines.append(f"{s.dataset:14s} {s.model:16s} {s.loss:5s} {s.seed:4d}  {st.state:8s} "
+                     f"{r.get('hr@10', ''):>7.7s} {r.get('ndcg@10', ''):>8.8s} {r.get('seconds_per_epoch', ''):>8.8s}")
+    counts = {k: sum(st.state == k for st in statuses) for k in ("done", "partial", "pending")}
+    lines.append(f"{len(statuses)} runs: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending; "
+                 f"{spent / 3600:.1f} h of training in the finished runs")
+    return "\n".join(lines)
+
+
+def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: float | None = None,
+                  results: Path | None = None, checkpoints: Path | None = None,
+                  log: Callable[[str], None] = print) -> list[RunStatus]:
+    """Run every unfinished spec in order, within ``time_budget`` seconds of wall-clock time.
+
+    Returns the final status of every spec. Each finished run appends its row (with ``command``) and
+    writes its curve; a run paused by the budget keeps its checkpoint for the next invocation.
+    """
+    results = Path(results) if results is not None else default_results_path()
+    checkpoints = Path(checkpoints) if checkpoints is not None else project_root() / "runs" / "benchmark"
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    deadline = None if time_budget is None else time.time() + time_budget
+    data_cache: dict[str, object] = {}
+    for st in status(specs, results, checkpoints):
+        if st.state == "done":
+            continue
+        if deadline is not None and time.time() >= deadline:
+            log("time budget spent: stopping (rerun the same command to continue)")
+            break
+        spec = replace(st.spec, checkpoint=str(st.checkpoint), deadline=deadline)
+        log(f"{'resuming' if st.state == 'partial' else 'starting'} {spec.model} ({spec.loss}) on {spec.dataset}, "
+            f"seed {spec.seed}, run {spec.run_id()}")
+        data = data_cache.get(spec.dataset)
+        if data is None:
+            from .run import load_data
+
+            data_cache.clear()  # keep one dataset in memory
+            data = data_cache[spec.dataset] = load_data(spec)
+        result = run_experiment(spec, dataset=data)
+        if not result.train.finished:
+            log(f"paused after epoch {result.train.epochs_run} (time budget); checkpoint {st.checkpoint}")
+            break
+        row = result.row(command)
+        append_run(row, results)
+        write_curve(result.train.history, curve_path(results, spec.tag(), spec.run_id()))
+        Path(st.checkpoint).unlink(missing_ok=True)
+        log(f"done: test HR@10 {result.test['hr@10']:.4f} NDCG@10 {result.test['ndcg@10']:.4f} "
+            f"({result.train.epochs_run} epochs, {result.train.seconds_per_epoch:.1f} s/epoch, stopped: "
+            f"{result.train.stop_reason})")
+    return status(specs, results, checkpoints)
+
+
+def estimate_hours(statuses: Sequence[RunStatus]) -> float:
+    """Rough remaining training time from the finished runs' mean time per run on the same dataset."""
+    per_dataset: dict[str, list[float]] = {}
+    for st in statuses:
+        if st.row:
+            per_dataset.setdefault(st.spec.dataset, []).append(float(st.row.get("train_seconds") or 0.0))
+    left = 0.0
+    for st in statuses:
+        if st.state != "done":
+            times = per_dataset.get(st.spec.dataset)
+            left += sum(times) / len(times) if times else math.nan
+    return left / 3600
+
+
+__all__ = ["BENCHMARK_MODELS", "BENCHMARK_DATASETS", "parse_models", "parse_datasets", "plan", "status", "summary",
+           "run_benchmark", "RunStatus", "estimate_hours"]
