@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -62,12 +63,24 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, std
 
 
+def config_key(run: dict) -> str:
+    """Everything that defines a run except its seed: runs with the same key are seeds of one configuration."""
+    if run.get("training"):
+        return " | ".join([run.get("max_len", ""), run.get("options", ""), run["training"]])
+    command = re.sub(r"--seed\s+\S+", "", run.get("command", ""))          # rows written before run ids
+    return " | ".join([run.get("max_len", ""), run.get("options", ""), command])
+
+
 def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]]:
-    """Runs of ``protocol`` grouped by (method label, dataset)."""
+    """Runs of ``protocol`` grouped by (method label, dataset); when a method was run on a dataset with
+    several configurations, only the seeds of the most recent configuration are kept."""
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         if r.get("protocol") == protocol:
             out.setdefault((_label(r["model"], r.get("loss", "")), r["dataset"]), []).append(r)
+    for key, rs in out.items():
+        latest = max(rs, key=lambda r: r.get("date", ""))
+        out[key] = [r for r in rs if config_key(r) == config_key(latest)]
     return out
 
 
@@ -105,12 +118,13 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
 def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> list[dict]:
     """Each published cell with a dataset here, beside ours under the paper's protocol."""
     records = PUBLISHED if records is None else records
+    by_protocol = {p: grouped(runs, p) for p in {rec.protocol for rec in records}}
     out = []
     for rec in records:
         if rec.dataset is None:
             continue
-        ours = [r for r in runs if r["model"] == rec.model and r["dataset"] == rec.dataset
-                and r["protocol"] == rec.protocol and (not rec.loss or rec.loss == "cloze" or r.get("loss") == rec.loss)]
+        loss = rec.loss if rec.loss in ("ce", "bce") else "ce"
+        ours = by_protocol[rec.protocol].get((_label(rec.model, loss), rec.dataset), [])
         mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
         reasons = []
         if not ours:
