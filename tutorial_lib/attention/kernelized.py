@@ -157,9 +157,9 @@ class CooccurrenceProvider(nn.Module):
         """Count co-occurrences in ``split.train`` (training items only)."""
         from ..data.cooccurrence import CooccurrenceTable  # data knows nothing of attention; the reverse is fine
 
-        if self.table is None or getattr(self, "_split_id", None) != id(split):
+        if self.table is None or getattr(self, "_split", None) is not split:
             self.table = CooccurrenceTable(split.train, split.n_items)
-            self._split_id = id(split)
+            self._split = split  # a reference, not an id: ids of collected objects are reused
 
     def batch(self, ctx: SequenceContext) -> dict[str, torch.Tensor]:
         """``cooc`` ``(B, L, L)``, ``counting`` kernel and causal ``shape`` ratio for this batch."""

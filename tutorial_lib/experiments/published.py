@@ -30,7 +30,8 @@ def _cells(paper, table, protocol, loss, dataset, model, metrics: dict[str, floa
     return [Published(paper, table, model, dataset, m, v, protocol, loss, **kw) for m, v in metrics.items()]
 
 
-LIGHTSANS_ML1M_NOTE = ("LightSANs' ML-1M is RecBole's rating >= 3 version (3,629 items, 836,478 actions); ours is "
+LIGHTSANS_ML1M_NOTE = ("LightSANs' ML-1M is RecBole's rating >= 3 version (3,628 items, 836,478 actions; the paper counts 3,629 "
+                       "with the padding token); ours is "
                        "SASRec's 5-core version (3,416 items, 999,611 actions)")
 LOCKER_NOTE = "Locker's models are BERT4Rec-based (bidirectional, cloze); Locker ranks with the history removed"
 

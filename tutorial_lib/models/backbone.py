@@ -100,6 +100,9 @@ class SequentialRecommender(nn.Module):
         causal: whether attention masks future positions (default: ``objective == "next"``).
         ffn_placement: ``"block"`` (a point-wise FFN in every block, the papers) or ``"stack"`` (the
             blocks are attention only and one FFN follows the stack: FPARec's released code, methods.md §4.2).
+        tie_embeddings: score items with the input item embedding (SASRec and every paper here), or
+            with a separate output table (``False``; see notebook 02: it lets the model stop recommending
+            the items it has just read).
         n_users: when given, a user embedding table ``(n_users, d)`` whose rows reach the attention
             layers as ``ctx.user`` (``forward(..., users=...)`` must then be called with user indices).
     """
@@ -108,7 +111,7 @@ class SequentialRecommender(nn.Module):
                  attention_factory: Callable[[int], Attention], dropout: float = 0.2,
                  ffn_dim: int | None = None, layout: str = "paper", positions: str = "absolute",
                  embedding_scale: bool = True, objective: str = "next", causal: bool | None = None,
-                 ffn_placement: str = "block", n_users: int | None = None):
+                 ffn_placement: str = "block", n_users: int | None = None, tie_embeddings: bool = True):
         super().__init__()
         causal = objective == "next" if causal is None else causal
         check_backbone_config(n_items=n_items, max_len=max_len, d_model=d_model, n_layers=n_layers,
@@ -121,6 +124,7 @@ class SequentialRecommender(nn.Module):
         self.embedding_scale = math.sqrt(d_model) if embedding_scale else 1.0
         self.item_embedding = nn.Embedding(n_items + (2 if objective == "cloze" else 1), d_model, padding_idx=0)
         self.position_embedding = nn.Embedding(max_len, d_model) if positions == "absolute" else None
+        self.output_table = None if tie_embeddings else nn.Parameter(torch.empty(n_items + 1, d_model))
         self.user_embedding = nn.Embedding(n_users, d_model) if n_users else None
         self.embedding_dropout = nn.Dropout(dropout)
         ln_eps = 1e-8 if layout == "tf" else 1e-6
@@ -148,6 +152,8 @@ class SequentialRecommender(nn.Module):
                 nn.init.zeros_(p)
         with torch.no_grad():
             self.item_embedding.weight[0].zero_()
+            if self.output_table is not None:
+                self.output_table[0].zero_()
         for block in self.blocks:
             reset = getattr(block.attention, "reset_parameters", None)
             if reset is not None:
@@ -213,8 +219,10 @@ class SequentialRecommender(nn.Module):
     # ------------------------------------------------------------------ scoring
     @property
     def output_embedding(self) -> torch.Tensor:
-        """``(n_items + 1, d)`` item matrix used for scoring (tied with the input embedding; the
-        ``[MASK]`` row of a bidirectional model is not a candidate)."""
+        """``(n_items + 1, d)`` item matrix used for scoring (tied with the input embedding unless the model
+        was built with ``tie_embeddings=False``; the ``[MASK]`` row of a bidirectional model is not a candidate)."""
+        if self.output_table is not None:
+            return self.output_table
         return self.item_embedding.weight[: self.n_items + 1]
 
     def score(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,8 @@ from .registry import register_model
 @register_model("sasrec", "SASRec: causal multi-head dot-product self-attention", family="dot_product")
 def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
                  dropout: float = 0.2, attn_dropout: float | None = None, layout: str = "paper",
-                 ffn_dim: int | None = None, embedding_scale: bool = True) -> SequentialRecommender:
+                 ffn_dim: int | None = None, embedding_scale: bool = True,
+                 tie_embeddings: bool = True) -> SequentialRecommender:
     """SASRec.
 
     ``layout="paper"``: pre-LN blocks with an output projection and dropout on the attention output
@@ -24,4 +25,5 @@ def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 
         n_items, max_len, d_model, n_layers,
         attention_factory=lambda i: DotProductAttention(d_model, n_heads, attn_dropout=p_attn, out_proj=not tf),
         dropout=dropout, ffn_dim=ffn_dim, layout=layout, embedding_scale=embedding_scale,
+        tie_embeddings=tie_embeddings,
     )

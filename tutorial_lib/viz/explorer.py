@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..evaluation.evaluator import model_device
+from ..models.backbone import user_inputs
 from .attention import shorten
 
 Titles = Sequence[str] | Callable[[int], str] | None
@@ -51,12 +52,22 @@ def _window(model: nn.Module, history: Sequence[int], max_len: int | None) -> to
     return torch.from_numpy(hist[-width:].copy())[None, :].to(model_device(model))
 
 
-def _scores(model: nn.Module, history: Sequence[int], max_len: int | None) -> torch.Tensor:
+def _user(model: nn.Module, user_index: int | None) -> dict[str, torch.Tensor]:
+    """``users=`` for models with a user embedding (RKSA); nothing for the others."""
+    if getattr(model, "user_embedding", None) is None:
+        return {}
+    if user_index is None:
+        raise ValueError("this model has a user embedding: pass the user's index (user_index=... or user=<int>)")
+    return user_inputs(model, torch.tensor([int(user_index)], device=model_device(model)))
+
+
+def _scores(model: nn.Module, history: Sequence[int], max_len: int | None, user_index: int | None = None
+            ) -> torch.Tensor:
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            scores = model.score_next(_window(model, history, max_len))[0].float().cpu()
+            scores = model.score_next(_window(model, history, max_len), **_user(model, user_index))[0].float().cpu()
     finally:
         model.train(was_training)
     scores[0] = float("-inf")
@@ -64,7 +75,7 @@ def _scores(model: nn.Module, history: Sequence[int], max_len: int | None) -> to
 
 
 def recommend_top_k(model: nn.Module, history: Sequence[int], k: int = 10, exclude_history: bool = False,
-                    max_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                    max_len: int | None = None, user_index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` highest-scoring next items after ``history``.
 
     Args:
@@ -74,12 +85,13 @@ def recommend_top_k(model: nn.Module, history: Sequence[int], k: int = 10, exclu
         exclude_history: drop every item of ``history`` from the candidates (Locker's protocol; by default
             the course's evaluation keeps them).
         max_len: input window (default ``model.max_len``).
+        user_index: the user's index, for models with a user embedding (RKSA).
     Returns:
         ``(items, scores)``: ``(k,)`` int64 item ids, best first (never the padding id 0), and their scores.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    scores = _scores(model, history, max_len)
+    scores = _scores(model, history, max_len, user_index)
     if exclude_history:
         scores[torch.as_tensor(np.asarray(history, dtype=np.int64).ravel())] = float("-inf")
     n_candidates = int(torch.isfinite(scores).sum())
@@ -87,8 +99,8 @@ def recommend_top_k(model: nn.Module, history: Sequence[int], k: int = 10, exclu
     return top.indices.numpy().astype(np.int64), top.values.numpy()
 
 
-def user_attention(model: nn.Module, history: Sequence[int], max_len: int | None = None
-                   ) -> tuple[list[np.ndarray | None], np.ndarray]:
+def user_attention(model: nn.Module, history: Sequence[int], max_len: int | None = None,
+                   user_index: int | None = None) -> tuple[list[np.ndarray | None], np.ndarray]:
     """Attention maps of every layer for one history.
 
     Returns:
@@ -100,7 +112,7 @@ def user_attention(model: nn.Module, history: Sequence[int], max_len: int | None
     model.eval()
     try:
         with torch.no_grad():
-            _, weights = model.encode(ids, need_weights=True)
+            _, weights = model.encode(ids, need_weights=True, **_user(model, user_index))
     finally:
         model.train(was_training)
     maps = [None if w is None else w[0].float().cpu().numpy() for w in weights]
@@ -122,9 +134,11 @@ class UserView:
 
 
 def user_view(model: nn.Module, history: Sequence[int], target: int | None = None, layer: int = 0, head: int = 0,
-              k: int = 10, exclude_history: bool = False, max_len: int | None = None) -> UserView:
-    """Compute what the explorer shows for one user (``layer`` and ``head`` are 0-based)."""
-    maps, window = user_attention(model, history, max_len)
+              k: int = 10, exclude_history: bool = False, max_len: int | None = None,
+              user_index: int | None = None) -> UserView:
+    """Compute what the explorer shows for one user (``layer`` and ``head`` are 0-based; ``user_index`` for
+    models with a user embedding)."""
+    maps, window = user_attention(model, history, max_len, user_index)
     n_layers = len(maps)
     if not 0 <= layer < n_layers:
         raise ValueError(f"layer must be in 0..{n_layers - 1}, got {layer}")
@@ -133,7 +147,7 @@ def user_view(model: nn.Module, history: Sequence[int], target: int | None = Non
     if layer_map is not None and not 0 <= head < n_heads:
         raise ValueError(f"head must be in 0..{n_heads - 1}, got {head}")
     attention = None if layer_map is None else layer_map[head, -1]
-    scores = _scores(model, history, max_len)
+    scores = _scores(model, history, max_len, user_index)
     if exclude_history:
         scores[torch.as_tensor(np.asarray(history, dtype=np.int64).ravel())] = float("-inf")
     probs = torch.softmax(scores, dim=0)
@@ -160,14 +174,15 @@ def explorer_static(model: nn.Module, history: Sequence[int], target: int | None
         k: number of recommendations.
         n_recent: number of most recent history items drawn (the weight on older ones is summed).
         exclude_history: drop history items from the recommendations.
-        user: a label for the title.
+        user: a label for the title; an ``int`` is also the user's index for models with a user embedding.
     Returns:
         The matplotlib figure (two axes).
     """
     import matplotlib.pyplot as plt
 
     name = title_function(titles)
-    view = user_view(model, history, target, layer, head, k, exclude_history, max_len)
+    index = user if isinstance(user, (int, np.integer)) else None
+    view = user_view(model, history, target, layer, head, k, exclude_history, max_len, user_index=index)
     seen = set(np.asarray(history, dtype=np.int64).ravel().tolist())
     n_show = min(n_recent, len(view.window))
     rows = max(n_show, len(view.items))
@@ -246,7 +261,7 @@ def attention_explorer(model: nn.Module, split: Any, titles: Titles = None, stag
     users = [int(u) for u in users]
     if not users:
         raise ValueError(f"no user has a {stage} target to explore")
-    probe, _ = user_attention(model, split.history(users[0], stage))
+    probe, _ = user_attention(model, split.history(users[0], stage), user_index=users[0])
     n_layers = len(probe)
     n_heads = max((w.shape[0] for w in probe if w is not None), default=1)
     user_w = widgets.Dropdown(options=[(f"user {u}", u) for u in users], value=users[0], description="user")
