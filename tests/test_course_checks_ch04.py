@@ -1,0 +1,169 @@
+"""Checks of notebook 04: the references pass, stubs say 'not done', typical mistakes get their hint, and the
+check's reference is the library's positional attention."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tutorial_lib.attention import SequenceContext
+from tutorial_lib.attention.positional import PositionalAttention
+from tutorial_lib.course.checks import CheckFailed, ExerciseNotDone, ch04
+
+
+def positional_attention(logits, positions, v, valid):
+    L = valid.shape[1]
+    sub = logits[:, positions][:, :, positions]
+    allowed = (valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()) | torch.eye(L, dtype=torch.bool)
+    w = torch.softmax(sub[None].masked_fill(~allowed, float("-inf")), dim=-1)
+    return w @ v, w
+
+
+def factorized_logits(f1, f2, d_head):
+    return f1 @ f2.transpose(-2, -1) / math.sqrt(d_head)
+
+
+def stub(*args):
+    raise NotImplementedError()
+
+
+def _with_mask(mask_fn):
+    def fn(logits, positions, v, valid):
+        L = valid.shape[1]
+        sub = logits[:, positions][:, :, positions]
+        w = torch.softmax(sub[None].masked_fill(~mask_fn(valid, L), float("-inf")), dim=-1)
+        return w @ v, w
+    return fn
+
+
+# ----------------------------------------------------------------------------- the reference is the library
+def test_reference_matches_the_library_layer():
+    torch.manual_seed(0)
+    layer = PositionalAttention(d_model=8, n_heads=2, max_len=7, kind="full").eval()
+    with torch.no_grad():
+        layer.w_pos.normal_(0.0, 2.0)
+    ids = torch.tensor([[0, 0, 3, 5, 1], [4, 2, 2, 9, 7]])
+    x = torch.randn(2, 5, 8)
+    ctx = SequenceContext.from_item_ids(ids, max_len=7, need_weights=True)
+    with torch.no_grad():
+        lib_out, lib_w = layer(x, ctx)
+        fused, _ = layer(x, SequenceContext.from_item_ids(ids, max_len=7))
+        v = layer.v_proj(x).view(2, 5, 2, 4).transpose(1, 2)
+        out, w = ch04.reference_positional_attention(layer.pattern_logits(), ctx.positions, v, ctx.valid_mask)
+    torch.testing.assert_close(w, lib_w)
+    mine = out.transpose(1, 2).reshape(2, 5, 8)
+    torch.testing.assert_close(mine, lib_out)
+    valid = ids.ne(0)
+    torch.testing.assert_close(mine[valid], fused[valid], rtol=1e-5, atol=1e-6)  # the batch-shared fast path
+
+
+def test_reference_rejects_positions_counted_from_the_left():
+    logits, _, v, valid = ch04._batch(__import__("numpy").random.default_rng(0), 1, 1, 6, 3, 2)
+    with pytest.raises(ValueError, match="from the right"):
+        ch04.reference_positional_attention(logits, torch.arange(3), v, valid)
+
+
+def test_factorized_reference_is_the_plain_formula_on_the_cases():
+    for case in ch04.factorized_cases():
+        torch.testing.assert_close(ch04.reference_factorized_logits(*case.args), factorized_logits(*case.args),
+                                   rtol=1e-4, atol=1e-5)  # the check's tolerances
+
+
+# ----------------------------------------------------------------------------- reference passes, stubs are 'not done'
+def test_references_pass(capsys):
+    ch04.check_positional_attention(positional_attention)
+    ch04.check_factorized_logits(factorized_logits)
+    ch04.check_in_fparec(factorized_logits, positional_attention)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 5 and "no leakage" in out and "rank" in out
+
+
+def test_check_in_fparec_falls_back_on_the_library_for_exercise_1(capsys):
+    ch04.check_in_fparec(factorized_logits, stub)
+    ch04.check_in_fparec(factorized_logits)
+    out = capsys.readouterr().out
+    assert "exercise 1 is not done yet" in out and out.count("✅") == 2
+
+
+@pytest.mark.parametrize("check", [ch04.check_positional_attention, ch04.check_factorized_logits,
+                                   ch04.check_in_fparec])
+def test_stub_is_not_done(check):
+    with pytest.raises(ExerciseNotDone, match="library's version"):
+        check(stub)
+
+
+# ----------------------------------------------------------------------------- typical mistakes of exercise 1
+def test_positions_counted_from_the_left_get_the_hint():
+    def left(logits, positions, v, valid):
+        L = valid.shape[1]
+        return positional_attention(logits[:, :L, :L], torch.arange(L), v, valid)
+
+    with pytest.raises(CheckFailed, match="RIGHT"):
+        ch04.check_positional_attention(left)
+
+
+def test_missing_causal_mask_gets_the_hint():
+    L_eye = lambda L: torch.eye(L, dtype=torch.bool)  # noqa: E731
+    with pytest.raises(CheckFailed, match="causal mask is missing"):
+        ch04.check_positional_attention(_with_mask(lambda valid, L: valid[:, None, None, :] | L_eye(L)))
+
+
+def test_missing_padding_mask_gets_the_hint():
+    with pytest.raises(CheckFailed, match="padding keys are not hidden"):
+        ch04.check_positional_attention(_with_mask(lambda valid, L: torch.ones(L, L, dtype=torch.bool).tril()))
+
+
+def test_no_diagonal_gives_nan_hint():
+    with pytest.raises(CheckFailed, match="itself"):
+        ch04.check_positional_attention(
+            _with_mask(lambda valid, L: valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()))
+
+
+def test_rescaling_and_zero_fill_get_their_hints():
+    def rescaled(logits, positions, v, valid):
+        return positional_attention(logits / math.sqrt(v.shape[-1]), positions, v, valid)
+
+    def zero_fill(logits, positions, v, valid):
+        L = valid.shape[1]
+        sub = logits[:, positions][:, :, positions]
+        allowed = (valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()) | torch.eye(L, dtype=torch.bool)
+        w = torch.softmax(sub[None].masked_fill(~allowed, 0.0), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="already scaled"):
+        ch04.check_positional_attention(rescaled)
+    with pytest.raises(CheckFailed, match="instead of -inf"):
+        ch04.check_positional_attention(zero_fill)
+
+
+def test_leakage_proof_finds_leaks():
+    assert ch04.prove_no_leakage_positional(positional_attention) is None
+    leaky = _with_mask(lambda valid, L: (valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril(1))
+                       | torch.eye(L, dtype=torch.bool))
+    assert "from the future" in ch04.prove_no_leakage_positional(leaky)
+    no_pad = _with_mask(lambda valid, L: torch.ones(L, L, dtype=torch.bool).tril())
+    assert "from the padding" in ch04.prove_no_leakage_positional(no_pad)
+
+
+# ----------------------------------------------------------------------------- typical mistakes of exercise 2
+def test_factorized_mistakes():
+    with pytest.raises(CheckFailed, match="scaling is missing"):
+        ch04.check_factorized_logits(lambda f1, f2, d: f1 @ f2.transpose(-2, -1))
+    with pytest.raises(CheckFailed, match="square root"):
+        ch04.check_factorized_logits(lambda f1, f2, d: f1 @ f2.transpose(-2, -1) / d)
+    with pytest.raises(CheckFailed, match="transposed"):
+        ch04.check_factorized_logits(lambda f1, f2, d: f2 @ f1.transpose(-2, -1) / math.sqrt(d))
+    with pytest.raises(CheckFailed, match=r"\(H, k, k\)"):
+        ch04.check_factorized_logits(lambda f1, f2, d: f1.transpose(-2, -1) @ f2 / math.sqrt(d))
+
+
+def test_check_in_fparec_catches_a_leaky_layer():
+    leaky = _with_mask(lambda valid, L: valid[:, None, None, :] | torch.eye(L, dtype=torch.bool))
+    with pytest.raises(CheckFailed, match="leaks from the future inside the model"):
+        ch04.check_in_fparec(factorized_logits, leaky)
+
+
+def test_compare_in_fparec_is_exact_for_the_reference():
+    diffs = ch04.compare_in_fparec(factorized_logits, positional_attention)
+    assert all(v < 1e-4 for v in diffs.values()), diffs

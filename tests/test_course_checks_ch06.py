@@ -1,0 +1,92 @@
+"""Checks of notebook 06: the references pass, stubs say 'not done', typical mistakes get their hint."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tutorial_lib.attention.kernelized import skew_normal_sample
+from tutorial_lib.course.checks import CheckFailed, ExerciseNotDone, ch06
+
+
+def counting_kernel(cooc, counts):
+    denom = counts[:, :, None] * counts[:, None, :]
+    k = torch.where(denom > 0, cooc ** 2 / denom.clamp_min(1.0), torch.zeros(()))
+    return k.masked_fill(torch.eye(cooc.shape[-1], dtype=torch.bool), 1.0)
+
+
+def sample_z(xi, omega, delta, chol, y0, eps):
+    y = eps @ chol.transpose(-2, -1)
+    return xi + omega * (delta * y0.abs() + torch.sqrt(1 - delta ** 2) * y)
+
+
+def stub(*args):
+    raise NotImplementedError()
+
+
+def test_references_pass(capsys):
+    ch06.check_counting_kernel(counting_kernel)
+    ch06.check_skew_normal_sampler(sample_z, n_samples=50_000)
+    out = capsys.readouterr().out
+    assert out.count("✅") == 3 and "closed forms" in out
+
+
+@pytest.mark.parametrize("check", [ch06.check_counting_kernel, ch06.check_skew_normal_sampler])
+def test_stub_is_not_done(check):
+    with pytest.raises(ExerciseNotDone, match="library's version"):
+        check(stub)
+
+
+def test_library_noise_reproduces_the_library_draws():
+    for case, seed in ch06.sampler_cases():
+        xi, omega, delta, chol, y0, eps = case.args
+        expected = skew_normal_sample(xi, omega, delta, chol, generator=torch.Generator().manual_seed(seed))
+        assert torch.allclose(ch06.reference_sample_z(*case.args), expected, atol=1e-6)
+
+
+def test_counted_block_matches_hand_counts():
+    cooc, counts = ch06.counted_block([[1, 2], [1, 2, 3], [3, 1]], [[1, 2, 3]])
+    assert counts.tolist() == [[3.0, 2.0, 2.0]]
+    assert cooc[0].tolist() == [[3.0, 2.0, 2.0], [2.0, 2.0, 1.0], [2.0, 1.0, 2.0]]
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (lambda c, n: torch.where(n[:, :, None] * n[:, None, :] > 0, c / (n[:, :, None] * n[:, None, :]).clamp_min(1.0), torch.zeros(()))
+     .masked_fill(torch.eye(c.shape[-1], dtype=torch.bool), 1.0), "SQUARED"),
+    (lambda c, n: c ** 2 / (n[:, :, None] * n[:, None, :]), "NaN"),
+    (lambda c, n: torch.where(n[:, :, None] * n[:, None, :] > 0, c ** 2 / (n[:, :, None] * n[:, None, :]).clamp_min(1.0),
+                              torch.zeros(())), "diagonal must still be 1"),
+    (lambda c, n: torch.where(n[:, :, None] > 0, c ** 2 / (n[:, :, None] ** 2).clamp_min(1.0), torch.zeros(()))
+     .masked_fill(torch.eye(c.shape[-1], dtype=torch.bool), 1.0), "same count twice"),
+])
+def test_counting_kernel_mistakes(mistake, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        ch06.check_counting_kernel(mistake)
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0 + torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1))), r"\|y0\|"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (eps @ ch)), "transpose"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + (1 - de ** 2) * (eps @ ch.transpose(-2, -1))), "SQUARE ROOT"),
+    (lambda xi, om, de, ch, y0, eps: xi + de * y0.abs() + om * torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1)),
+     "whole standardised sample"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * eps), "correlated"),
+])
+def test_sampler_mistakes(mistake, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        ch06.check_skew_normal_sampler(mistake, n_samples=10_000)
+
+
+def test_sampler_that_modifies_its_input_is_caught():
+    def in_place(xi, omega, delta, chol, y0, eps):
+        y0.abs_()
+        return sample_z(xi, omega, delta, chol, y0, eps)
+
+    with pytest.raises(CheckFailed, match="in place"):
+        ch06.check_skew_normal_sampler(in_place, n_samples=10_000)
+
+
+def test_moment_table_separates_the_true_covariance_from_omega_psi_omega():
+    m = ch06.moment_table(sample_z, n_samples=100_000)
+    assert torch.allclose(m["mean"], m["mean_closed"], atol=6 * m["mean_se"].max())
+    assert torch.allclose(m["cov"], m["cov_closed"], atol=6 * m["cov_se"].max())
+    assert (m["cov"] - m["cov_naive"]).abs().max() > 0.1  # the naive ω ψ ω is visibly wrong for skewed keys

@@ -1,0 +1,406 @@
+"""Checks of notebook 04 (positional attention: PARec and FPARec).
+
+* Exercise 1, :func:`check_positional_attention`: ``positional_attention(logits, positions, v, valid)``, the
+  masked softmax of a position-only logit matrix times the values, against the library's
+  :class:`~tutorial_lib.attention.positional.PositionalAttention`, with a proof that nothing leaks from the
+  future (or from padding).
+* Exercise 2, :func:`check_factorized_logits`: ``factorized_logits(f1, f2, d_head)``, FPARec's
+  ``F_1 F_2^T / sqrt(d_h)``, against ``PositionalAttention(kind="factorized").pattern_logits()``.
+* :func:`check_in_fparec`: both functions inside every layer of a small FPARec model: the same hidden
+  states as the library, no leakage from future items, and the same result for a trimmed window.
+
+Conventions (those of the library): ``logits`` is ``(H, n, n)`` over all ``n = max_len`` positions, already
+scaled; a batch of width ``L`` uses the positions ``n - L, ..., n - 1`` (counted from the right, left
+padding); a query may see the keys ``j <= t`` that are real items, and always itself.
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from .base import Case, call_learner, check_function, expect, fail, passed, to_numpy
+
+PA_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention"
+FACTORIZED_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention(kind='factorized').pattern_logits"
+
+
+# ----------------------------------------------------------------------------- references
+def _allowed(valid: torch.Tensor) -> torch.Tensor:
+    """``(B, 1, L, L)``: causal, padding keys hidden, every position sees itself (the library's mask)."""
+    from ...attention import SequenceContext
+
+    return SequenceContext(item_ids=valid.long(), padding_mask=~valid).allowed()
+
+
+def reference_positional_attention(logits: torch.Tensor, positions: torch.Tensor, v: torch.Tensor,
+                                   valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The library's positional attention for given logits: ``(output (B, H, L, dh), weights (B, H, L, L))``.
+
+    A :class:`PositionalAttention` whose pattern is ``logits`` computes the weights (``weights(ctx)``, the
+    path used for plots and with attention dropout); ``positions`` must be those of the batch,
+    ``n - L .. n - 1``.
+    """
+    from ...attention import SequenceContext
+    from ...attention.positional import PositionalAttention
+
+    H, n, _ = logits.shape
+    B, L = valid.shape
+    expected_positions = torch.arange(n - L, n)
+    if not torch.equal(torch.as_tensor(positions).cpu(), expected_positions):
+        raise ValueError(f"the library counts positions from the right: a batch of width {L} with n = {n} uses "
+                         f"positions {expected_positions.tolist()}, got {torch.as_tensor(positions).tolist()}")
+    layer = PositionalAttention(d_model=H * v.shape[-1], n_heads=H, max_len=n, kind="average")
+    layer.pattern_logits = lambda: logits                     # the pattern of this case (instance attribute)
+    ctx = SequenceContext(item_ids=valid.long(), padding_mask=~valid, max_len=n)
+    with torch.no_grad():
+        weights = layer.weights(ctx)
+    return weights @ v, weights
+
+
+def reference_factorized_logits(f1: torch.Tensor, f2: torch.Tensor, d_head: int) -> torch.Tensor:
+    """``(H, n, n)`` FPARec logits ``F_1 F_2^T / sqrt(d_head)`` as the library computes them (its
+    ``pattern_logits`` also soft-caps at ±30, which changes nothing for the small values of the checks)."""
+    from ...attention.positional import PositionalAttention
+
+    H, n, k = f1.shape
+    layer = PositionalAttention(d_model=H * int(d_head), n_heads=H, max_len=n, kind="factorized", rank=k)
+    with torch.no_grad():
+        layer.f1.copy_(f1)
+        layer.f2.copy_(f2)
+        return layer.pattern_logits().detach().clone()
+
+
+# ----------------------------------------------------------------------------- exercise 1: positional attention
+def _batch(rng: np.random.Generator, B: int, H: int, n: int, L: int, dh: int, pad: list[int] | None = None,
+           scale: float = 1.0):
+    logits = torch.from_numpy(rng.normal(0.0, scale, size=(H, n, n)).astype(np.float32))
+    v = torch.from_numpy(rng.normal(0.0, 1.0, size=(B, H, L, dh)).astype(np.float32))
+    valid = torch.ones(B, L, dtype=torch.bool)
+    for b, p in enumerate(pad or []):
+        valid[b, :p] = False
+    return logits, torch.arange(n - L, n), v, valid
+
+
+def positional_cases(seed: int = 0) -> list[Case]:
+    """Hand-made cases first (uniform pattern, no padding, a narrower window, padding), then random ones."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    logits, pos, v, valid = _batch(rng, 1, 1, 3, 3, 2)
+    cases.append(Case((torch.zeros_like(logits), pos, v, valid), label="1 sequence, 1 head, all logits 0: each "
+                                                                       "query averages the values up to itself"))
+    cases.append(Case(_batch(rng, 1, 1, 4, 4, 2), label="random pattern, window = max_len, no padding"))
+    cases.append(Case(_batch(rng, 1, 2, 7, 4, 3), label="a window of 4 columns with max_len 7: positions 3..6"))
+    cases.append(Case(_batch(rng, 2, 2, 6, 6, 3, pad=[2, 0]), label="left padding (2 columns) in the first row"))
+    for _ in range(4):
+        B, H = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        n = int(rng.integers(3, 11))
+        L = int(rng.integers(2, n + 1))
+        pad = [int(rng.integers(0, L)) for _ in range(B)]
+        cases.append(Case(_batch(rng, B, H, n, L, int(rng.integers(1, 5)), pad, scale=float(rng.uniform(0.5, 3))),
+                          label="random sizes and padding"))
+    return cases
+
+
+def _variants(logits, positions, v, valid) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Typical mistakes, computed, so that a wrong result can be recognised."""
+    H, n, _ = logits.shape
+    L = valid.shape[1]
+    sub = logits[:, positions][:, :, positions][None]
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    eye = torch.eye(L, dtype=torch.bool)
+    allowed = _allowed(valid)
+
+    def finish(lg, mask, fill=float("-inf"), dim=-1):
+        w = torch.softmax(lg.masked_fill(~mask, fill), dim=dim)
+        return w @ v, w
+
+    out = {
+        "left": finish(logits[:, :L, :L][None], allowed),
+        "no_causal": finish(sub, valid[:, None, None, :] | eye),
+        "no_padding": finish(sub, causal),
+        "fill_zero": finish(sub, allowed, fill=0.0),
+        "dim": finish(sub, allowed, dim=-2),
+        "rescaled": finish(sub / math.sqrt(v.shape[-1]), allowed),
+        "transposed": finish(sub.transpose(-2, -1), allowed),
+    }
+    w = torch.softmax(sub.expand(valid.shape[0], -1, -1, -1), dim=-1) * allowed
+    out["mask_after"] = (w @ v, w)
+    return out
+
+
+_PA_HINTS = {
+    "left": "you took the first L rows and columns of the pattern (logits[:, :L, :L]): positions are counted from "
+            "the RIGHT, the most recent item is always position n - 1. Use the `positions` of the batch: "
+            "logits[:, positions][:, :, positions]",
+    "no_causal": "the causal mask is missing: query t must not see keys j > t (the future)",
+    "no_padding": "padding keys are not hidden: key j is visible only if valid[b, j] is True (and j <= t)",
+    "fill_zero": "hidden logits were set to 0 instead of -inf: exp(0) = 1, so hidden keys still get weight",
+    "dim": "the softmax runs over the wrong dimension: each query (row) distributes its weight over the keys, "
+           "dim=-1",
+    "rescaled": "you divided the logits by sqrt(d_head): the pattern passed in is already scaled "
+                "(W_pos / sqrt(d/h) is the layer's job, pattern_logits()); use the logits as they are",
+    "transposed": "the pattern is transposed: row i of logits is the QUERY at position i, column j the key",
+    "mask_after": "you masked after the softmax (multiplying by the mask): the visible weights then no longer "
+                  "sum to 1. Mask the logits with -inf BEFORE the softmax",
+}
+
+
+def _matching_mistakes(case: Case, yours) -> list[str]:
+    try:
+        out, w = (to_numpy(x) for x in yours)
+    except Exception:  # noqa: BLE001
+        return []
+    found = []
+    for key, (v_out, v_w) in _variants(*case.args).items():
+        if w.shape == tuple(v_w.shape) and np.allclose(w, v_w.numpy(), atol=1e-5) and \
+                out.shape == tuple(v_out.shape) and np.allclose(out, v_out.numpy(), atol=1e-5):
+            found.append(key)
+    return found
+
+
+def _diagnose_pa(case: Case, yours, expected, learner=None) -> str | None:
+    if not isinstance(yours, (tuple, list)) or len(yours) != 2:
+        return "return a pair (output, weights): output (B, H, L, d_head), weights (B, H, L, L)"
+    try:
+        out, w = (to_numpy(x) for x in yours)
+    except Exception:  # noqa: BLE001
+        return None
+    exp_out, exp_w = expected
+    if out.shape == tuple(exp_w.shape) and w.shape == tuple(exp_out.shape) and exp_w.shape != exp_out.shape:
+        return "output and weights are swapped: return (output, weights)"
+    if np.isnan(w).any():
+        return ("some rows are NaN: a padding query sees no real key, so its row is all -inf. Let every position "
+                "always see itself (| torch.eye(L, dtype=torch.bool)), as in notebook 02")
+    found = _matching_mistakes(case, yours)
+    if len(found) > 1 and learner is not None:
+        # a simple case cannot tell some mistakes apart (all logits 0): try a case that separates them
+        rich = positional_cases()[3]  # random pattern, padding
+        try:
+            again = _matching_mistakes(rich, call_learner(learner, rich, "learner"))
+        except Exception:  # noqa: BLE001
+            again = []
+        found = [k for k in found if k in again] or found
+    return " -- or: ".join(_PA_HINTS[k] for k in found) if found else None
+
+
+def prove_no_leakage_positional(fn, name: str = "positional_attention", n_trials: int = 3, seed: int = 0
+                                ) -> str | None:
+    """``None`` if ``fn``'s outputs at real positions never depend on the future or on padding, else a sentence
+    saying what leaked.
+
+    For every cut ``j``: the values at positions ``>= j`` and every logit of a future key (above the diagonal)
+    are replaced by new random numbers; the outputs at positions ``< j`` must not move. Then the values at
+    padding positions are replaced; the outputs at real positions must not move.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    for trial in range(n_trials):
+        H, n, L, dh = 2, 8, 6 + trial % 2, 3
+        logits = torch.randn(H, n, n, generator=gen, dtype=torch.float64)
+        v = torch.randn(2, H, L, dh, generator=gen, dtype=torch.float64)
+        valid = torch.ones(2, L, dtype=torch.bool)
+        valid[0, :2] = False
+        positions = torch.arange(n - L, n)
+        case = Case((logits, positions, v, valid))
+        base = to_numpy(call_learner(fn, case, name, PA_LIBRARY)[0])
+        future = torch.ones(n, n, dtype=torch.bool).triu(1)
+        for j in range(1, L):
+            v2 = v.clone()
+            v2[:, :, j:] = torch.randn(2, H, L - j, dh, generator=gen, dtype=torch.float64)
+            logits2 = torch.where(future, torch.randn(H, n, n, generator=gen, dtype=torch.float64), logits)
+            out = to_numpy(call_learner(fn, Case((logits2, positions, v2, valid)), name, PA_LIBRARY)[0])
+            diff = np.abs(out[:, :, :j] - base[:, :, :j]).max(axis=(1, 3))          # (B, j)
+            diff = np.where(valid[:, :j].numpy(), diff, 0.0)                         # padding queries: unused
+            if (diff > 1e-9).any() or np.isnan(diff).any():
+                b, t = (int(x) for x in np.argwhere(~(diff <= 1e-9))[0])
+                return (f"information leaks from the future: when the values at positions >= {j} and the logits of "
+                        f"future keys change, the output at position {t} (row {b}) changes too, although {t} < {j}")
+        v3 = v.clone()
+        v3[0, :, :2] = torch.randn(H, 2, dh, generator=gen, dtype=torch.float64) * 100
+        out = to_numpy(call_learner(fn, Case((logits, positions, v3, valid)), name, PA_LIBRARY)[0])
+        if not np.allclose(out[0, :, 2:], base[0, :, 2:], atol=1e-9):
+            return ("information leaks from the padding: changing the values at the two padding positions of row 0 "
+                    "changed the outputs at its real positions. Hide padding keys (valid[b, j] is False)")
+    return None
+
+
+def check_positional_attention(positional_attention) -> None:
+    """Compare ``positional_attention(logits, positions, v, valid) -> (output, weights)`` with the library and
+    prove that nothing leaks from the future or the padding."""
+    name = getattr(positional_attention, "__name__", "positional_attention")
+    check_function(positional_attention, reference_positional_attention, positional_cases(), name=name,
+                   library=PA_LIBRARY, output_names=("output", "weights"),
+                   diagnose=lambda case, yours, expected: _diagnose_pa(case, yours, expected, positional_attention),
+                   hint="sub = logits[:, positions][:, :, positions]; hide future and padding keys with -inf "
+                        "(every position sees itself); softmax over the keys; weights @ v")
+    leak = prove_no_leakage_positional(positional_attention, name)
+    if leak is not None:
+        fail(f"`{name}` {leak}.")
+    passed("no leakage: changing the future (values and future logits) never changed an earlier output, and "
+           "changing padding values never changed a real output (3 random batches, every cut).")
+
+
+# ----------------------------------------------------------------------------- exercise 2: factorised logits
+def factorized_cases(seed: int = 0) -> list[Case]:
+    rng = np.random.default_rng(seed)
+
+    def f(H, n, k, std=0.2):
+        return torch.from_numpy(rng.normal(0.0, std, size=(H, n, k)).astype(np.float32))
+
+    cases = [Case((f(1, 3, 1), f(1, 3, 1), 4), label="1 head, n = 3, rank k = 1"),
+             Case((f(1, 5, 2), f(1, 5, 2), 8), label="1 head, n = 5, k = 2"),
+             Case((f(2, 6, 3), f(2, 6, 3), 4), label="2 heads, n = 6, k = 3, d_head = 4")]
+    for _ in range(4):
+        H, n = int(rng.integers(1, 4)), int(rng.integers(3, 12))
+        k = int(rng.integers(1, n + 1))
+        cases.append(Case((f(H, n, k), f(H, n, k), int(rng.choice([2, 4, 8, 25]))),
+                          label="random sizes"))
+    return cases
+
+
+_FACT_HINTS = {
+    "no_scale": "the scaling is missing: divide F1 F2^T by sqrt(d_head), the same 1/sqrt(d/h) as PARec's W_pos",
+    "scale_d": "you divided by d_head; divide by its square root, math.sqrt(d_head)",
+    "scale_k": "you scaled by sqrt(k) (the rank); the scale is sqrt(d_head), as for PARec's W_pos",
+    "transposed": "the result is transposed: entry (i, j) is row i of F1 (the query position) times row j of F2 "
+                  "(the key position): f1 @ f2.transpose(-2, -1)",
+}
+
+
+def _diagnose_fact(case: Case, yours, expected) -> str | None:
+    f1, f2, d_head = case.args
+    try:
+        y = to_numpy(yours)
+    except Exception:  # noqa: BLE001
+        return None
+    H, n, k = f1.shape
+    if y.shape == (H, k, k) and k != n:
+        return "your result is (H, k, k): F1^T F2 multiplies the wrong dimensions. W_pos = F1 F2^T is (n, n)"
+    raw = f1 @ f2.transpose(-2, -1)
+    variants = {"no_scale": raw, "scale_d": raw / d_head, "scale_k": raw / math.sqrt(k),
+                "transposed": (raw / math.sqrt(d_head)).transpose(-2, -1)}
+    for key, value in variants.items():
+        if y.shape == tuple(value.shape) and np.allclose(y, value.numpy(), atol=1e-5):
+            return _FACT_HINTS[key]
+    return None
+
+
+def check_factorized_logits(factorized_logits) -> None:
+    """Compare ``factorized_logits(f1, f2, d_head) -> (H, n, n)`` with FPARec's pattern in the library."""
+    name = getattr(factorized_logits, "__name__", "factorized_logits")
+    check_function(factorized_logits, reference_factorized_logits, factorized_cases(), name=name,
+                   library=FACTORIZED_LIBRARY, diagnose=_diagnose_fact,
+                   hint="f1 @ f2.transpose(-2, -1) / math.sqrt(d_head), one (n, n) matrix per head")
+    gen = torch.Generator().manual_seed(1)
+    f1, f2 = torch.randn(1, 12, 2, generator=gen), torch.randn(1, 12, 2, generator=gen)
+    rank = int(torch.linalg.matrix_rank(torch.as_tensor(call_learner(factorized_logits, Case((f1, f2, 4)), name))[0]))
+    expect(rank <= 2, f"your (12 x 12) pattern from rank-2 factors has rank {rank}; F1 F2^T has rank at most k = 2")
+    passed(f"and the rank is right: a 12 x 12 pattern built from k = 2 factors has rank {rank} <= k, so it "
+           f"needs 2 n k = 48 numbers instead of n^2 = 144.")
+
+
+# ----------------------------------------------------------------------------- both inside FPARec
+class _LearnersPositionalAttention(nn.Module):
+    """A library FPARec attention layer whose computation uses the learner's two functions."""
+
+    def __init__(self, library_layer: nn.Module, factorized_logits, positional_attention):
+        super().__init__()
+        self.lib = library_layer
+        self.factorized_logits, self.positional_attention = factorized_logits, positional_attention
+
+    def forward(self, x, ctx, memory=None):
+        from ...attention.base import merge_heads, split_heads
+
+        lib = self.lib
+        v = split_heads(lib.v_proj(x if memory is None else memory), lib.n_heads)
+        logits = torch.as_tensor(self.factorized_logits(lib.f1, lib.f2, lib.d_model // lib.n_heads))
+        out, weights = self.positional_attention(logits, ctx.positions, v, ctx.valid_mask)
+        return lib.out_proj(merge_heads(torch.as_tensor(out))), (weights if ctx.need_weights else None)
+
+
+def _tiny_fparec(seed: int = 0):
+    from ...models import build_model
+
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    model = build_model("fparec", n_items=40, max_len=8, d_model=12, n_layers=2, n_heads=2, k=3, dropout=0.0).eval()
+    with torch.no_grad():  # a pattern far from uniform, so that mistakes show
+        for block in model.blocks:
+            block.attention.f1.normal_(0.0, 0.4)
+            block.attention.f2.normal_(0.0, 0.4)
+    torch.set_rng_state(state)
+    return model
+
+
+def compare_in_fparec(factorized_logits, positional_attention) -> dict[str, float]:
+    """Run a 2-layer FPARec with the learner's functions in every layer; return the largest differences from the
+    library (hidden states at real positions, attention weights) and the largest change of an earlier hidden
+    state when later items change (must be 0), and between a full and a trimmed window."""
+    model = _tiny_fparec()
+    yours = copy.deepcopy(model)
+    for block in yours.blocks:
+        block.attention = _LearnersPositionalAttention(block.attention, factorized_logits, positional_attention)
+    gen = torch.Generator().manual_seed(2)
+    ids = torch.randint(1, 41, (3, 8), generator=gen)
+    ids[0, :3] = 0
+    ids[1, :5] = 0
+    valid = ids.ne(0)
+    with torch.no_grad():
+        lib_h, lib_w = model.encode(ids, need_weights=True)
+        my_h, my_w = yours.encode(ids, need_weights=True)
+        leak = 0.0
+        for j in range(1, 8):
+            ids2 = ids.clone()
+            ids2[:, j:] = torch.randint(1, 41, (3, 8 - j), generator=gen)
+            h2 = yours(ids2)
+            leak = max(leak, float((h2 - my_h)[:, :j][valid[:, :j]].abs().max()))
+        trimmed = yours(ids[1:2, 5:])                                      # row 1 has 3 real items
+    return {
+        "hidden states vs library": float((my_h - lib_h)[valid].abs().max()),
+        "weights vs library": max(float((torch.as_tensor(a) - b).transpose(1, 2)[valid].abs().max())  # real queries
+                                  for a, b in zip(my_w, lib_w)),
+        "earlier states when later items change": leak,
+        "full window vs trimmed window": float((trimmed[0] - my_h[1, 5:]).abs().max()),
+    }
+
+
+def check_in_fparec(factorized_logits, positional_attention=None, tol: float = 1e-4) -> None:
+    """Your ``factorized_logits`` and ``positional_attention`` in every layer of a small FPARec model: the same
+    hidden states and weights as the library, nothing leaks from later items, trimming the padding changes nothing.
+
+    ``positional_attention=None`` (or still the stub) uses the library's version for exercise 1. The tolerance
+    allows for the library's soft cap of the logits (``30 tanh(x / 30)``, which the exercise leaves out).
+    """
+    name = getattr(factorized_logits, "__name__", "factorized_logits")
+    call_learner(factorized_logits, factorized_cases()[0], name, FACTORIZED_LIBRARY)  # ExerciseNotDone if stub
+    if positional_attention is not None:
+        try:
+            call_learner(positional_attention, positional_cases()[0], "positional_attention", PA_LIBRARY)
+        except NotImplementedError:
+            print("(exercise 1 is not done yet: using the library's positional attention with your factorized_logits)")
+            positional_attention = None
+    if positional_attention is None:
+        positional_attention = reference_positional_attention
+    try:
+        diffs = compare_in_fparec(factorized_logits, positional_attention)
+    except Exception as exc:  # noqa: BLE001 - any error of the learner's code is reported, not raised
+        fail(f"running your functions inside FPARec raised {type(exc).__name__}: {exc}. Run the checks of "
+             "exercises 1 and 2 first: they explain the first difference")
+    for key, value in diffs.items():
+        print(f"  max |difference| {key:40s} {value:.2e}")
+    bad = {k: v for k, v in diffs.items() if not v <= tol}
+    if "earlier states when later items change" in bad:
+        fail("information leaks from the future inside the model: changing later items changed the hidden states "
+             "of earlier positions. Run check_positional_attention: it finds the leak")
+    expect(not bad, f"your functions inside FPARec differ from the library by more than {tol:g}: {bad}. Run the "
+                    "checks of exercises 1 and 2 first: they explain the first difference")
+    passed("a 2-layer FPARec built on your functions gives the library's hidden states and weights, lets nothing "
+           "leak from later items, and gives the same result on a trimmed window (positions counted from the right).")
+
+
+__all__ = ["check_positional_attention", "check_factorized_logits", "check_in_fparec", "compare_in_fparec",
+           "prove_no_leakage_positional", "reference_positional_attention", "reference_factorized_logits",
+           "positional_cases", "factorized_cases"]

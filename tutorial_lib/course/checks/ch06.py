@@ -1,0 +1,282 @@
+"""Checks of notebook 06 (RKSA, kernelized stochastic attention): the counting kernel and the reparameterised
+skew-normal sampler of Eq. 13.
+
+* ``check_counting_kernel(counting_kernel)``: ``K_c[j, l] = P_jl^2 / (P_j P_l)`` with a unit diagonal, against
+  ``tutorial_lib.attention.kernelized.counting_kernel`` on hand-made and on real (counted) co-occurrences.
+* ``check_skew_normal_sampler(sample_z)``: ``sample_z(xi, omega, delta, chol, y0, eps)`` is given the noise.
+  With ``y0`` and ``eps`` drawn from a seeded generator in the order the library draws them (first ``y0``, then
+  ``eps``), it must return exactly what ``skew_normal_sample(xi, omega, delta, chol, generator=<same seed>)``
+  returns. Then its mean and covariance over many draws are compared with the closed forms
+  (:func:`moment_table`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from .base import Case, call_learner, check_function, expect, explain_difference, fail, passed, to_numpy
+
+COUNTING_LIBRARY = "tutorial_lib.attention.kernelized.counting_kernel"
+SAMPLER_LIBRARY = "tutorial_lib.attention.kernelized.skew_normal_sample"
+
+
+# ----------------------------------------------------------------------------- exercise 1: the counting kernel
+def reference_counting_kernel(cooc: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The library's counting kernel: ``(B, L, L)`` co-occurrences, ``(B, L)`` counts -> ``(B, L, L)``."""
+    from ...attention.kernelized import counting_kernel
+
+    return counting_kernel(cooc, counts)
+
+
+def counted_block(histories: list[list[int]], batch: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cooc, counts)`` of a left-padded ``batch`` of item ids, counted on the training ``histories``
+    with the library's :class:`~tutorial_lib.data.cooccurrence.CooccurrenceTable`."""
+    from ...data.cooccurrence import CooccurrenceTable
+
+    n_items = max(max(h) for h in histories if h)
+    table = CooccurrenceTable([np.asarray(h) for h in histories], n_items)
+    ids = torch.tensor(batch)
+    return table.block(ids), table.item_counts(ids)
+
+
+def counting_cases(seed: int = 0) -> list[Case]:
+    """A single pair, then a padded batch with a repeated item, then co-occurrences counted on random users."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    # three users: {1, 2}, {1, 2, 3}, {1, 3}: P_1 = 3, P_2 = 2, P_3 = 2, P_12 = 2, P_13 = 2, P_23 = 1
+    users = [[1, 2], [1, 2, 3], [3, 1]]
+    cooc, counts = counted_block(users, [[1, 2]])
+    cases.append(Case((cooc, counts), label="one sequence of two items"))
+    cooc, counts = counted_block(users, [[1, 2, 3]])
+    cases.append(Case((cooc, counts), label="one sequence of three items"))
+    cooc, counts = counted_block(users, [[0, 0, 2, 3], [1, 3, 1, 2]])
+    cases.append(Case((cooc, counts), label="left padding (P = 0 there) and a repeated item"))
+    for _ in range(3):
+        n_items = int(rng.integers(8, 20))
+        histories = [list(rng.choice(np.arange(1, n_items + 1), size=int(rng.integers(2, 7)), replace=False))
+                     for _ in range(30)]
+        B, L = int(rng.integers(1, 4)), int(rng.integers(3, 8))
+        batch = rng.integers(1, n_items + 1, size=(B, L))
+        for b in range(B):
+            batch[b, : int(rng.integers(0, L - 1))] = 0
+        cooc, counts = counted_block(histories, batch.tolist())
+        cases.append(Case((cooc, counts), label="counted on 30 random users, random padding"))
+    return cases
+
+
+def _counting_variants(cooc: torch.Tensor, counts: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Typical mistakes, computed, so that a wrong result can be recognised."""
+    eye = torch.eye(cooc.shape[-1], dtype=torch.bool)
+    outer = counts[:, :, None] * counts[:, None, :]
+    same = counts[:, :, None] ** 2
+
+    def safe(x, denom=outer):
+        return torch.where(denom > 0, x, torch.zeros(()))
+
+    return {
+        "no_square": safe(cooc / outer.clamp_min(1e-30)).masked_fill(eye, 1.0),
+        "cosine": safe(cooc / outer.clamp_min(1e-30).sqrt()).masked_fill(eye, 1.0),
+        "same_side": safe(cooc ** 2 / same.clamp_min(1e-30), same).masked_fill(eye, 1.0),
+        "no_diag": safe(cooc ** 2 / outer.clamp_min(1e-30)),
+    }
+
+
+_COUNTING_HINTS = {
+    "no_square": "you computed P_jl / (P_j P_l): the numerator is SQUARED, P_jl^2 / (P_j P_l), which is the product "
+                 "of the two conditional frequencies (P_jl / P_j) (P_jl / P_l) and lies in [0, 1]",
+    "cosine": "you computed P_jl / sqrt(P_j P_l) (a cosine); the paper's kernel is P_jl^2 / (P_j P_l), the square of it",
+    "same_side": "the denominator uses the same count twice (P_j P_j): build the outer product "
+                 "counts[:, :, None] * counts[:, None, :] so that entry [j, l] is P_j P_l",
+    "no_diag": "padding positions have P = 0, and their diagonal must still be 1 (a padding position correlates "
+               "with itself only): set the diagonal to 1 at the end, e.g. k.masked_fill(torch.eye(L, dtype=torch.bool), 1.0)",
+}
+
+
+def _diagnose_counting(case: Case, yours, expected) -> str | None:
+    try:
+        mine = to_numpy(yours).astype(float)
+    except Exception:  # noqa: BLE001
+        return None
+    if mine.shape != tuple(expected.shape):
+        return None
+    if np.isnan(mine).any():
+        return ("NaN where the counts are 0 (padding): 0 / 0. Divide only where P_j P_l > 0 (torch.where, or "
+                "clamp the denominator to at least 1) and put 0 elsewhere; then set the diagonal to 1")
+    for key, variant in _counting_variants(*case.args).items():
+        if np.allclose(mine, variant.numpy(), atol=1e-5, rtol=1e-4):
+            return _COUNTING_HINTS[key]
+    return None
+
+
+def check_counting_kernel(counting_kernel) -> None:
+    """Check ``counting_kernel(cooc, counts) -> (B, L, L)`` against the library's."""
+    check_function(counting_kernel, reference_counting_kernel, counting_cases(), library=COUNTING_LIBRARY,
+                   diagnose=_diagnose_counting,
+                   hint="K[b, j, l] = cooc[b, j, l]^2 / (counts[b, j] * counts[b, l]) where that product is > 0, "
+                        "0 where it is 0 (padding), and 1 on the whole diagonal")
+
+
+# ----------------------------------------------------------------------------- exercise 2: the sampler
+def library_noise(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.float32
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y0, eps)`` exactly as ``skew_normal_sample`` draws them from ``torch.Generator().manual_seed(seed)``:
+    ``y0`` of shape ``(*shape[:-1], 1)`` first (not yet made positive), then ``eps`` of ``shape``."""
+    gen = torch.Generator().manual_seed(seed)
+    y0 = torch.randn((*shape[:-1], 1), generator=gen, dtype=dtype)
+    eps = torch.randn(shape, generator=gen, dtype=dtype)
+    return y0, eps
+
+
+def reference_sample_z(xi, omega, delta, chol, y0, eps):
+    """Eq. 13 given the noise: ``ξ + ω (δ |y0| + sqrt(1 - δ²) (eps Lᵀ))``."""
+    y = eps @ chol.transpose(-2, -1)
+    return xi + omega * (delta * y0.abs() + torch.sqrt(1.0 - delta ** 2) * y)
+
+
+def random_correlation(n: int, rng: np.random.Generator, dtype=torch.float32) -> torch.Tensor:
+    """A random ``(n, n)`` correlation matrix (unit diagonal, positive definite)."""
+    a = rng.normal(size=(n, n + 2))
+    cov = a @ a.T + 0.1 * np.eye(n)
+    d = np.sqrt(np.diag(cov))
+    return torch.tensor(cov / d[:, None] / d[None, :], dtype=dtype)
+
+
+def sampler_cases(seed: int = 0) -> list[tuple[Case, int]]:
+    """``(case, noise seed)`` pairs: one coordinate, three correlated keys, a batch of heads and rows, δ = 0."""
+    rng = np.random.default_rng(seed)
+
+    def params(shape, delta_max=0.95):
+        xi = torch.tensor(rng.normal(size=shape), dtype=torch.float32)
+        omega = torch.tensor(rng.uniform(0.3, 2.0, size=shape), dtype=torch.float32)
+        delta = torch.tensor(rng.uniform(0.0, delta_max, size=shape), dtype=torch.float32)
+        return xi, omega, delta
+
+    out = []
+    specs = [((1, 1), (1, 1), "one row, one key (the 1-D skew-normal)"),
+             ((1, 3), (3, 3), "one row of 3 correlated keys"),
+             ((4, 3), (3, 3), "4 rows sharing one correlation matrix"),
+             ((2, 2, 5, 5), (2, 1, 5, 5), "(B, H, rows, keys) with a per-sequence Cholesky factor (B, 1, L, L), "
+                                           "as in the layer"),
+             ((3, 4), (4, 4), "δ = 0: no skewness, the noise is just ω · (correlated normal)")]
+    for i, (shape, chol_shape, label) in enumerate(specs):
+        xi, omega, delta = params(shape)
+        if "δ = 0" in label:
+            delta = torch.zeros(shape)
+        n = chol_shape[-1]
+        lead = chol_shape[:-2]
+        psi = torch.stack([random_correlation(n, rng) for _ in range(int(np.prod(lead)) or 1)]).reshape(*lead, n, n)
+        chol = torch.linalg.cholesky(psi)
+        noise_seed = 100 + i
+        y0, eps = library_noise(tuple(xi.shape), noise_seed)
+        out.append((Case((xi, omega, delta, chol, y0, eps), label=label), noise_seed))
+    return out
+
+
+def _sampler_variants(xi, omega, delta, chol, y0, eps) -> dict[str, torch.Tensor]:
+    s = torch.sqrt(1.0 - delta ** 2)
+    y = eps @ chol.transpose(-2, -1)
+    return {
+        "no_abs": xi + omega * (delta * y0 + s * y),
+        "no_transpose": xi + omega * (delta * y0.abs() + s * (eps @ chol)),
+        "no_sqrt": xi + omega * (delta * y0.abs() + (1.0 - delta ** 2) * y),
+        "omega_outside": xi + delta * y0.abs() + omega * s * y,
+        "uncorrelated": xi + omega * (delta * y0.abs() + s * eps),
+        "no_xi": omega * (delta * y0.abs() + s * y),
+    }
+
+
+_SAMPLER_HINTS = {
+    "no_abs": "the skew comes from the HALF-normal |y0|: use y0.abs() (with y0 itself the term is symmetric and the "
+              "distribution is not skewed at all)",
+    "no_transpose": "y = eps @ chol gives rows with covariance Lᵀ L, not ψ = L Lᵀ: multiply by the transpose, "
+                    "eps @ chol.transpose(-2, -1) (each row of eps is a vector e, and y = L e is that row times Lᵀ)",
+    "no_sqrt": "the normal part is multiplied by (1 - δ²)^(1/2), the SQUARE ROOT of 1 - δ² (Eq. 13); then "
+               "E[ẑ²] = δ² E[y0²] + (1 - δ²) E[y²] = 1 for every δ",
+    "omega_outside": "ω multiplies the whole standardised sample ẑ = δ|y0| + sqrt(1 - δ²) y, the skewed part "
+                     "included: z = ξ + ω ⊙ ẑ",
+    "uncorrelated": "the normal part must be correlated with correlation ψ: y = eps @ chol.transpose(-2, -1), not "
+                    "eps itself",
+    "no_xi": "add the location ξ: z = ξ + ω ⊙ ẑ",
+}
+
+
+def _diagnose_sampler(case: Case, yours) -> str | None:
+    try:
+        mine = to_numpy(yours).astype(float)
+    except Exception:  # noqa: BLE001
+        return None
+    for key, variant in _sampler_variants(*case.args).items():
+        v = variant.numpy()
+        if mine.shape == v.shape and np.allclose(mine, v, atol=1e-5, rtol=1e-4):
+            return _SAMPLER_HINTS[key]
+    return None
+
+
+def moment_table(sample_z, n_samples: int = 200_000, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Draw ``n_samples`` rows of 3 correlated keys with ``sample_z`` and return the empirical and closed-form
+    moments: ``mean``, ``mean_closed``, ``cov``, ``cov_closed`` (Azzalini–Dalla Valle),
+    ``cov_naive`` (``ω ψ ω``, what Eq. 4 would suggest), the parameters and their standard errors."""
+    from ...attention.kernelized import skew_normal_covariance, skew_normal_mean
+
+    xi = torch.tensor([0.5, -1.0, 0.0], dtype=torch.float64)
+    omega = torch.tensor([1.0, 0.5, 2.0], dtype=torch.float64)
+    alpha = torch.tensor([4.0, 0.0, 1.0], dtype=torch.float64)
+    delta = alpha / torch.sqrt(1.0 + alpha ** 2)
+    psi = torch.tensor([[1.0, 0.6, -0.3], [0.6, 1.0, 0.2], [-0.3, 0.2, 1.0]], dtype=torch.float64)
+    chol = torch.linalg.cholesky(psi)
+    shape = (n_samples, 3)
+    y0, eps = library_noise(shape, seed, dtype=torch.float64)
+    z = torch.as_tensor(sample_z(xi.expand(shape), omega.expand(shape), delta.expand(shape), chol, y0, eps),
+                        dtype=torch.float64)
+    if tuple(z.shape) != shape:
+        fail(f"`sample_z` returned shape {tuple(z.shape)} for inputs of shape {shape}; the output has the shape of xi")
+    centred = z - z.mean(0)
+    cov = centred.T @ centred / (n_samples - 1)
+    return {"xi": xi, "omega": omega, "alpha": alpha, "delta": delta, "psi": psi,
+            "mean": z.mean(0), "mean_closed": skew_normal_mean(xi, omega, delta),
+            "cov": cov, "cov_closed": skew_normal_covariance(omega, delta, psi),
+            "cov_naive": torch.outer(omega, omega) * psi,
+            "mean_se": z.std(0) / math.sqrt(n_samples),
+            "cov_se": torch.sqrt((centred[:, :, None] * centred[:, None, :]).var(0) / n_samples)}
+
+
+def check_skew_normal_sampler(sample_z, n_samples: int = 200_000) -> None:
+    """Check ``sample_z(xi, omega, delta, chol, y0, eps)``: the library's sample for the same noise, then the
+    mean and covariance of many samples against the closed forms."""
+    name = getattr(sample_z, "__name__", "sample_z")
+    if not callable(sample_z):
+        fail(f"expected a function, got {type(sample_z).__name__}")
+    from ...attention.kernelized import skew_normal_sample
+
+    cases = sampler_cases()
+    for case, noise_seed in cases:
+        result = call_learner(sample_z, case, name, SAMPLER_LIBRARY)
+        xi, omega, delta, chol, _, _ = case.args
+        expected = skew_normal_sample(xi, omega, delta, chol, generator=torch.Generator().manual_seed(noise_seed))
+        msg = explain_difference(result, expected, "the result")
+        if msg:
+            text = [f"`{name}` differs from the library's sample for the same noise, for\n    "
+                    f"{case.call_text(name)} ({case.label})", msg]
+            extra = _diagnose_sampler(case, result)
+            if extra:
+                text.append(f"Hint: {extra}")
+            text.append("Reminder: z = xi + omega * (delta * |y0| + sqrt(1 - delta^2) * y) with y = eps @ chol^T "
+                        "(y0 has one value per row and broadcasts over the keys)")
+            fail("\n".join(text))
+    passed(f"`{name}` gives exactly the library's sample ({SAMPLER_LIBRARY}) for the same noise on {len(cases)} "
+           "test cases.")
+    m = moment_table(sample_z, n_samples)
+    mean_z = ((m["mean"] - m["mean_closed"]).abs() / m["mean_se"]).max().item()
+    cov_z = ((m["cov"] - m["cov_closed"]).abs() / m["cov_se"]).max().item()
+    expect(mean_z < 6.0, f"over {n_samples:,} draws, the mean of your samples {m['mean'].numpy().round(3)} is far from "
+                         f"the closed form ξ + ω δ sqrt(2/π) = {m['mean_closed'].numpy().round(3)}")
+    expect(cov_z < 6.0, f"over {n_samples:,} draws, the covariance of your samples is far from the closed form:\n"
+                        f"{m['cov'].numpy().round(3)}\nexpected\n{m['cov_closed'].numpy().round(3)}")
+    passed(f"over {n_samples:,} draws of 3 correlated, skewed keys, the mean and the covariance of your samples "
+           f"match the closed forms (largest deviation {max(mean_z, cov_z):.1f} standard errors).")
+
+
+__all__ = ["check_counting_kernel", "check_skew_normal_sampler", "reference_counting_kernel", "reference_sample_z",
+           "library_noise", "counting_cases", "sampler_cases", "moment_table", "counted_block", "random_correlation"]
