@@ -1,0 +1,543 @@
+"""The complete benchmark as tables, statistics and figures (notebook 07).
+
+Everything starts from a results file written by the CLI or the benchmark runner (``results/runs.csv`` or a
+temporary copy) and turns it into a pandas DataFrame, one row per run (:func:`runs_frame`):
+
+* **Coverage**: which (method, dataset, seed) cells of a planned benchmark have a row, and which are
+  missing (:func:`coverage_frame`, :func:`missing_runs`). Nothing is ever filled in for a missing cell.
+* **Seeds**: mean, sample standard deviation and number of seeds per method and dataset
+  (:func:`mean_std`, :func:`seed_summary`) and the main table with the best mean in bold
+  (:func:`main_table_frame`, :func:`styled_main_table`). As in ``report.main_table``, seeds are only averaged
+  within one configuration: when a method was run on a dataset with several configurations (say two learning
+  rates), only the most recent one is ``current``; the others are kept in the frame but left out of the tables
+  and figures, so that two runs of the *same* seed with different settings are never read as seed variance.
+* **Paired comparisons**: :func:`paired_t` (mean difference, standard error, t statistic),
+  :func:`paired_ci` (95 % confidence interval from Student's t), and :func:`paired_seed_comparisons` (every
+  method against a baseline, paired by seed).
+* **Cost**: parameter counts of the exact model a row describes (:func:`parameter_count`), the efficiency
+  lab's table (:func:`read_scaling_table`), accuracy against training time or memory
+  (:func:`plot_accuracy_vs_cost`).
+* **Curves**: the per-epoch training curve of a row (:func:`find_curve`, :func:`load_curve`), for
+  :func:`tutorial_lib.viz.plot_training_curves`.
+* **Scorecard**: published against ours, as a figure (:func:`plot_scorecard`; the rows come from
+  :func:`tutorial_lib.experiments.report.scorecard_rows`).
+
+The statistics use the sample standard deviation (``ddof=1``), as ``report.main_table`` and seaborn's
+``errorbar="sd"`` do.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: the metrics every results row has
+ROW_METRICS = ("hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
+_NUMERIC = (*ROW_METRICS, "valid_ndcg@10", "train_seconds", "seconds_per_epoch")
+_INTEGER = ("seed", "best_epoch", "epochs", "max_len")
+
+#: two-sided 95 % quantiles of Student's t distribution, t_{0.975}(df), df = 1..30
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
+         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+         2.0518, 2.0484, 2.0452, 2.0423)
+_Z975 = 1.959964
+
+
+# ----------------------------------------------------------------------------- statistics
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """``(mean, sample standard deviation, n)`` of the non-NaN values.
+
+    The standard deviation divides by ``n - 1`` (``ddof=1``): with 3 seeds, dividing by ``n`` would make the
+    spread look about 18 % smaller than the unbiased variance estimate says. With one value the spread is
+    unknown (NaN); with none, the mean is NaN too and ``n`` is 0.
+    """
+    v = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float).ravel()
+    v = v[~np.isnan(v)]
+    n = int(v.size)
+    if n == 0:
+        return math.nan, math.nan, 0
+    return float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan, n
+
+
+def paired_t(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """Paired comparison of ``a`` and ``b`` (the same seeds, or the same users, in the same order).
+
+    With the differences ``d_i = a_i - b_i``: ``(mean(d), std(d, ddof=1) / sqrt(n), mean(d) / se)``.
+    Pairing removes what ``a_i`` and ``b_i`` share (an easy user, a lucky data order), so the standard error
+    is usually far smaller than the one of two independent samples.
+    """
+    a = np.asarray(a, dtype=float).ravel()
+    b = np.asarray(b, dtype=float).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples need the same length, got {a.size} and {b.size}")
+    if a.size < 2:
+        raise ValueError("a paired comparison needs at least 2 pairs")
+    d = a - b
+    mean = float(d.mean())
+    se = float(d.std(ddof=1) / math.sqrt(d.size))
+    t = mean / se if se > 0 else (math.copysign(math.inf, mean) if mean else math.nan)
+    return mean, se, t
+
+
+def t_critical(df: int) -> float:
+    """Two-sided 95 % quantile ``t_{0.975}(df)`` of Student's t (a table up to 30, a series beyond)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975  # Cornish-Fisher expansion of t around the normal quantile (error < 1e-4 for df > 30)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def paired_ci(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Mean difference ``a - b`` with its 95 % confidence interval (paired t)."""
+    mean, se, t = paired_t(a, b)
+    n = len(np.asarray(a).ravel())
+    half = t_critical(n - 1) * se
+    return {"n": n, "diff": mean, "se": se, "t": t, "low": mean - half, "high": mean + half}
+
+
+def verdict(low: float, high: float) -> str:
+    """``"better"`` / ``"worse"`` when the interval excludes 0, else ``"not distinguishable"``."""
+    if math.isnan(low) or math.isnan(high):
+        return "too few seeds"
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    return "not distinguishable"
+
+
+# ----------------------------------------------------------------------------- loading
+def method_label(model: str, loss: str | None) -> str:
+    """``"sasrec"`` for cross-entropy runs, ``"sasrec (bce)"`` otherwise: the report's naming rule."""
+    from ..experiments.report import method_label as label
+
+    return label(model, loss or "")
+
+
+def _order_methods(methods: Iterable[str]) -> list[str]:
+    from ..experiments.benchmark import BENCHMARK_MODELS
+
+    known = [method_label(m, loss) for m, loss in BENCHMARK_MODELS]
+    methods = list(dict.fromkeys(methods))
+    return [m for m in known if m in methods] + sorted(m for m in methods if m not in known)
+
+
+def _order_datasets(datasets: Iterable[str]) -> list[str]:
+    from ..experiments.benchmark import BENCHMARK_DATASETS
+
+    datasets = list(dict.fromkeys(datasets))
+    return [d for d in BENCHMARK_DATASETS if d in datasets] + sorted(d for d in datasets if d not in BENCHMARK_DATASETS)
+
+
+def _text(value: Any) -> str:
+    """A cell as text: ``""`` for missing values (None, NaN, pandas NA)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or str(value) in ("<NA>", "nan"):
+        return ""
+    return str(value).strip()
+
+
+def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
+    """One row per run (the latest row of every ``run_id``) as a pandas DataFrame.
+
+    ``source`` is a results CSV path or a list of rows (as :func:`~tutorial_lib.experiments.results.read_runs`
+    returns them). Adds ``method`` (model, with the loss unless it is CE), ``config`` (everything that defines
+    the run except its seed: ``report.config_key``) and ``current`` (the run belongs to the most recent
+    configuration of its method, dataset and protocol; only those are averaged as seeds). Metrics and times
+    become floats, seeds and epochs integers. An empty or missing file gives an empty frame with the usual
+    columns.
+    """
+    import pandas as pd
+
+    from ..experiments.report import config_key, latest_runs
+    from ..experiments.results import RUN_COLUMNS, read_runs
+
+    rows = read_runs(source) if isinstance(source, (str, Path)) else [dict(r) for r in source]
+    runs = latest_runs([{k: _text(v) for k, v in r.items()} for r in rows])
+    frame = pd.DataFrame(runs, columns=list(dict.fromkeys([*RUN_COLUMNS, *(k for r in runs for k in r)])))
+    for col in ("model", "dataset", "protocol", "loss", "date"):
+        frame[col] = frame[col].fillna("").astype(str)
+    frame["config"] = [config_key({k: _text(v) for k, v in r.items()}) for r in runs]
+    for col in _NUMERIC:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+    for col in _INTEGER:
+        frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    frame.insert(0, "method", [method_label(m, loss) for m, loss in zip(frame["model"], frame["loss"])])
+    latest = {}
+    for i, r in frame.iterrows():  # the most recent configuration of each (method, dataset, protocol)
+        key = (r["method"], r["dataset"], r["protocol"])
+        if key not in latest or r["date"] > frame.loc[latest[key], "date"]:  # ties: the first, as report.grouped
+            latest[key] = i
+    frame["current"] = pd.Series([r["config"] == frame.loc[latest[(r["method"], r["dataset"], r["protocol"])], "config"]
+                                  for _, r in frame.iterrows()], index=frame.index, dtype=bool)
+    return frame.reset_index(drop=True)
+
+
+def set_aside(frame):
+    """The runs of older configurations (``current`` is False): kept in the file, left out of tables and figures."""
+    return frame.loc[~frame["current"].astype(bool)]
+
+
+def _current(frame, protocol: str | None = None):
+    sub = frame.loc[frame["current"].astype(bool)] if "current" in frame else frame
+    return sub if protocol is None else sub[sub["protocol"] == protocol]
+
+
+# ----------------------------------------------------------------------------- coverage
+def coverage_frame(frame, models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
+                   protocol: str = "full"):
+    """Methods x datasets: ``"k/n"`` = how many of the ``n`` planned seeds have a run (current configuration)."""
+    import pandas as pd
+
+    have = set()
+    sub = _current(frame, protocol).dropna(subset=["seed"])
+    for m, d, s in zip(sub["method"], sub["dataset"], sub["seed"]):
+        have.add((m, d, int(s)))
+    seeds = [int(s) for s in seeds]
+    labels = [method_label(m, loss) for m, loss in models]
+    table = {d: [f"{sum((lab, d, s) in have for s in seeds)}/{len(seeds)}" for lab in labels] for d in datasets}
+    return pd.DataFrame(table, index=pd.Index(labels, name="method"))
+
+
+def missing_runs(frame, models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
+                 protocol: str = "full") -> list[dict]:
+    """The planned (method, dataset, seed) cells without a current run, in plan order (datasets outermost)."""
+    sub = _current(frame, protocol).dropna(subset=["seed"])
+    have = {(m, d, int(s)) for m, d, s in zip(sub["method"], sub["dataset"], sub["seed"])}
+    return [{"method": method_label(m, loss), "dataset": d, "seed": int(s)}
+            for d in datasets for m, loss in models for s in seeds if (method_label(m, loss), d, int(s)) not in have]
+
+
+# ----------------------------------------------------------------------------- seeds
+def seed_summary(frame, metrics: Sequence[str] = ("ndcg@10", "hr@10"), protocol: str = "full"):
+    """Long table: per method, dataset and metric the mean, sample std and number of runs (current
+    configuration only). ``seeds`` lists the seeds; ``repeated_seed`` says whether a seed occurs twice (rows of
+    older versions without run ids can do that), in which case the spread is not pure seed variance.
+    """
+    import pandas as pd
+
+    out = []
+    sub = _current(frame, protocol)
+    for (method, dataset), g in sub.groupby(["method", "dataset"], sort=False):
+        seeds = [int(s) for s in g["seed"].dropna()]
+        for metric in metrics:
+            mean, std, n = mean_std(g[metric].to_numpy(dtype=float))
+            out.append({"method": method, "dataset": dataset, "protocol": protocol, "metric": metric, "mean": mean,
+                        "std": std, "n": n, "seeds": tuple(sorted(seeds)), "repeated_seed": len(seeds) != len(set(seeds))})
+    columns = ["method", "dataset", "protocol", "metric", "mean", "std", "n", "seeds", "repeated_seed"]
+    return pd.DataFrame(out, columns=columns)
+
+
+def _cell_text(mean: float, std: float, n: int, expected_n: int, flag: bool, digits: int) -> str:
+    if n == 0:
+        return "—"
+    text = f"{mean:.{digits}f}" if n == 1 else f"{mean:.{digits}f} ± {std:.{digits}f}"
+    if n != expected_n:
+        text += f" [{n}]"
+    return text + (" †" if flag else "")
+
+
+def main_table_frame(frame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
+                     digits: int = 4):
+    """Methods x datasets of ``"mean ± std"`` strings (``[n]`` = runs when not ``expected_seeds``, ``†`` = a seed
+    occurs twice, ``—`` = no run; current configurations only). Returns ``(table, best)``: ``best`` is a boolean
+    frame of the same shape marking the highest mean of each dataset."""
+    import pandas as pd
+
+    s = seed_summary(frame, (metric,), protocol)
+    if s.empty:
+        empty = pd.DataFrame(index=pd.Index([], name="method"))
+        return empty, empty.astype(bool)
+    methods, datasets = _order_methods(s["method"]), _order_datasets(s["dataset"])
+    by = {(r.method, r.dataset): r for r in s.itertuples()}
+    table = pd.DataFrame(index=pd.Index(methods, name="method"), columns=datasets, dtype=object)
+    best = pd.DataFrame(False, index=table.index, columns=datasets)
+    for d in datasets:
+        means = {m: by[(m, d)].mean for m in methods if (m, d) in by and not math.isnan(by[(m, d)].mean)}
+        top = max(means.values()) if means else math.nan
+        for m in methods:
+            r = by.get((m, d))
+            table.loc[m, d] = "—" if r is None else _cell_text(r.mean, r.std, r.n, expected_seeds,
+                                                               r.repeated_seed, digits)
+            best.loc[m, d] = m in means and means[m] == top
+    return table, best
+
+
+def styled_main_table(frame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
+                      caption: str | None = None):
+    """:func:`main_table_frame` as a pandas ``Styler``: the best mean of each dataset in bold."""
+    table, best = main_table_frame(frame, metric, protocol, expected_seeds)
+    styler = table.style.apply(lambda _: np.where(best, "font-weight: bold", ""), axis=None)
+    styler = styler.set_caption(caption or f"Test {metric.upper()} ({protocol} ranking): mean ± std over seeds")
+    return styler
+
+
+def paired_seed_comparisons(frame, baseline: str = "sasrec", metric: str = "ndcg@10", protocol: str = "full"):
+    """Every method against ``baseline`` on each dataset, paired by seed (only seeds both have, one row per
+    seed: the latest; current configurations only). Columns: dataset, method, n, baseline, mean, diff, low,
+    high (95 % CI), verdict."""
+    import pandas as pd
+
+    sub = _current(frame, protocol).dropna(subset=[metric, "seed"])
+    out = []
+    for dataset in _order_datasets(sub["dataset"]):
+        d = sub[sub["dataset"] == dataset]
+        base = d[d["method"] == baseline].drop_duplicates("seed", keep="last").set_index("seed")[metric]
+        for method in _order_methods(d["method"]):
+            if method == baseline:
+                continue
+            other = d[d["method"] == method].drop_duplicates("seed", keep="last").set_index("seed")[metric]
+            common = sorted(set(base.index) & set(other.index))
+            row = {"dataset": dataset, "method": method, "n": len(common),
+                   "baseline": float(base.loc[common].mean()) if common else math.nan,
+                   "mean": float(other.loc[common].mean()) if common else math.nan}
+            if len(common) >= 2:
+                ci = paired_ci(other.loc[common].to_numpy(float), base.loc[common].to_numpy(float))
+                row.update(diff=ci["diff"], low=ci["low"], high=ci["high"])
+            else:
+                row.update(diff=row["mean"] - row["baseline"], low=math.nan, high=math.nan)
+            row["verdict"] = verdict(row["low"], row["high"])
+            out.append(row)
+    return pd.DataFrame(out, columns=["dataset", "method", "n", "baseline", "mean", "diff", "low", "high", "verdict"])
+
+
+# ----------------------------------------------------------------------------- cost
+def parse_options(text: str | None) -> dict[str, Any]:
+    """``"dropout=0.2 k=40 layout=tf"`` (a row's ``options`` column) -> ``{"dropout": 0.2, "k": 40, "layout": "tf"}``."""
+    out: dict[str, Any] = {}
+    for item in str(text or "").split():
+        key, sep, value = item.partition("=")
+        if not sep:
+            continue
+        for cast in (int, float):
+            try:
+                out[key] = cast(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[key] = {"True": True, "False": False, "None": None}.get(value, value)
+    return out
+
+
+def dataset_size(name: str) -> tuple[int, int]:
+    """``(n_items, n_users)`` of a dataset without loading it: the registry's statistics of the published file,
+    or the generated data for ``"synthetic"``."""
+    if name == "synthetic":
+        from ..data import make_synthetic
+
+        data = make_synthetic(seed=0)  # what the runner trains on for "synthetic"
+        return data.n_items, data.n_users
+    from ..data.registry import get_spec
+
+    stats = get_spec(name).file_stats
+    return int(stats.items), int(stats.users)
+
+
+def parameter_count(model: str, dataset: str, max_len: int, options: Mapping[str, Any] | str | None = None) -> int:
+    """Trainable parameters of the model a results row describes (built on the CPU, never trained)."""
+    from ..models import build_model
+
+    opts = parse_options(options) if isinstance(options, str) or options is None else dict(options)
+    n_items, n_users = dataset_size(dataset)
+    net = build_model(model, n_items=n_items, max_len=int(max_len), n_users=n_users, **opts)
+    return int(sum(p.numel() for p in net.parameters() if p.requires_grad))
+
+
+_CELL = re.compile(r"^\s*([0-9.]+)\s*/\s*([0-9.]+)\s*/\s*([0-9.]+)\s*$")
+
+
+def read_scaling_table(path: str | Path):
+    """The efficiency lab's Markdown table (``results/benchmarks/attention_scaling.md``) as a long DataFrame
+    (model, L, ms, activation_mib, gflops, params), or ``None`` when the file does not exist."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    rows, lengths = [], None
+    for line in path.read_text().splitlines():
+        if not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0] == "model":
+            lengths = [int(c[2:]) if c.startswith("L=") else None for c in cells]
+            continue
+        if lengths is None or set(cells[0]) <= set("-: "):
+            continue
+        params = int(cells[1].replace(",", "")) if cells[1].replace(",", "").isdigit() else None
+        for length, cell in zip(lengths, cells):
+            m = _CELL.match(cell) if length else None
+            if m:
+                rows.append({"model": cells[0], "L": length, "ms": float(m[1]), "activation_mib": float(m[2]),
+                             "gflops": float(m[3]), "params": params})
+    return pd.DataFrame(rows, columns=["model", "L", "ms", "activation_mib", "gflops", "params"])
+
+
+# ----------------------------------------------------------------------------- curves
+def find_curve(results: str | Path, row: Mapping[str, Any]) -> Path | None:
+    """The per-epoch curve file of a results row: ``curves/<tag>_<run_id>.csv`` beside the results file, or the
+    older name ``curves/<tag>.csv`` for rows without a ``run_id``; ``None`` when there is none.
+
+    An older name is shared by every run with the same tag (the last one to finish wrote it), so it is only
+    returned when its number of epochs matches the row's."""
+    from ..experiments.results import curve_path
+
+    raw = f"{row['model']}_{row['dataset']}_{row['loss']}_{row['protocol']}_s{int(row['seed'])}"
+    tag = re.sub(r"[^A-Za-z0-9_.@-]+", "-", raw)
+    run_id = _text(row.get("run_id"))
+    if run_id:
+        path = curve_path(results, tag, run_id)
+        return path if path.exists() else None
+    path = Path(results).parent / "curves" / f"{tag}.csv"
+    if not path.exists():
+        return None
+    epochs = _text(row.get("epochs"))
+    if epochs and epochs.isdigit() and len(load_curve(path)) != int(epochs):
+        return None  # the curve of another run with the same tag
+    return path
+
+
+def load_curve(path: str | Path) -> list[dict[str, float]]:
+    """A curve CSV as a history (a list of per-epoch dicts); empty cells (epochs without validation) are left out."""
+    out = []
+    with open(path, newline="") as fh:
+        for rec in csv.DictReader(fh):
+            out.append({k: float(v) for k, v in rec.items() if v not in ("", None)})
+    return out
+
+
+# ----------------------------------------------------------------------------- figures
+def _pretty(metric: str) -> str:
+    return metric.replace("ndcg", "NDCG").replace("hr@", "HR@").replace("mrr", "MRR")
+
+
+def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", datasets: Sequence[str] | None = None,
+                     axes=None, title: str | None = None):
+    """One panel per dataset: a bar per method at the mean over seeds, the sample standard deviation as an
+    error bar, and every seed as a dot (current configurations only). Returns the figure."""
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sub = _current(frame, protocol)
+    sub = sub[sub[metric].notna()]
+    datasets = list(datasets) if datasets is not None else _order_datasets(sub["dataset"])
+    if not datasets:
+        raise ValueError(f"no {protocol} runs with {metric} to plot")
+    if axes is None:
+        n_methods = max(1, sub["method"].nunique())
+        width = max(4.0, 0.55 * n_methods + 1.5) * len(datasets)
+        _, axes = plt.subplots(1, len(datasets), figsize=(max(width, 7.0), 4.2), layout="constrained", squeeze=False)
+        axes = axes[0]
+    axes = np.atleast_1d(axes)
+    for ax, dataset in zip(axes, datasets):
+        d = sub[sub["dataset"] == dataset]
+        order = _order_methods(d["method"])
+        sns.barplot(data=d, x="method", y=metric, order=order, errorbar="sd", capsize=0.25, ax=ax,
+                    hue="method", hue_order=order, legend=False, alpha=0.8)
+        sns.stripplot(data=d, x="method", y=metric, order=order, color="black", size=4, jitter=0.15, ax=ax)
+        ax.set(title=dataset, xlabel="", ylabel=f"test {_pretty(metric)}")
+        ax.tick_params(axis="x", rotation=60)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
+    fig = axes[0].figure
+    fig.suptitle(title or f"Test {_pretty(metric)} ({protocol} ranking)\nbars = mean over seeds, error bars = "
+                          "sample std, dots = single runs")
+    return fig
+
+
+def plot_accuracy_vs_cost(frame, cost: str = "train_seconds", metric: str = "ndcg@10", protocol: str = "full",
+                          datasets: Sequence[str] | None = None, axes=None, logx: bool | str = "auto",
+                          xlabel: str | None = None, title: str | None = None):
+    """One panel per dataset: each method at (mean cost, mean metric) with sample-std error bars in both
+    directions, and its runs as faint dots. ``cost`` is any numeric column (``train_seconds``,
+    ``seconds_per_epoch``, or one you add, such as ``params``). ``logx="auto"`` uses a logarithmic cost axis
+    when a panel's costs span more than a factor of 10. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    sub = _current(frame, protocol)
+    sub = sub[sub[metric].notna() & sub[cost].notna()]
+    datasets = list(datasets) if datasets is not None else _order_datasets(sub["dataset"])
+    if not datasets:
+        raise ValueError(f"no {protocol} runs with both {metric} and {cost} to plot")
+    if axes is None:
+        _, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.2), layout="constrained",
+                               squeeze=False)
+        axes = axes[0]
+    axes = np.atleast_1d(axes)
+    methods = _order_methods(sub["method"])
+    colours = dict(zip(methods, _palette(len(methods))))
+    for ax, dataset in zip(axes, datasets):
+        d = sub[sub["dataset"] == dataset]
+        for method in _order_methods(d["method"]):
+            g = d[d["method"] == method]
+            x, y = g[cost].to_numpy(float), g[metric].to_numpy(float)
+            mx, sx, _ = mean_std(x)
+            my, sy, _ = mean_std(y)
+            ax.scatter(x, y, color=colours[method], alpha=0.35, s=18)
+            ax.errorbar(mx, my, xerr=None if math.isnan(sx) else sx, yerr=None if math.isnan(sy) else sy,
+                        fmt="o", color=colours[method], markersize=7, capsize=3, label=method)
+            ax.annotate(method, (mx, my), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        costs = d[cost].to_numpy(float)
+        if logx is True or (logx == "auto" and costs.min() > 0 and costs.max() / costs.min() > 10):
+            ax.set_xscale("log")
+        ax.set(title=dataset, xlabel=xlabel or cost.replace("_", " "), ylabel=f"test {_pretty(metric)}")
+    axes[-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    fig = axes[0].figure
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def _palette(n: int) -> list:
+    import seaborn as sns
+
+    return list(sns.color_palette("colorblind", n_colors=max(n, 1)))
+
+
+def plot_scorecard(rows: Sequence[Mapping[str, Any]], ax=None, title: str | None = None):
+    """Published (hollow) against ours (filled) for every scorecard row that has a run, one line per cell,
+    labelled with the relative difference. ``rows`` come from ``report.scorecard_rows``. Returns the axis."""
+    import matplotlib.pyplot as plt
+
+    have = [r for r in rows if r.get("seeds") and not math.isnan(float(r.get("ours", math.nan)))]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.45 * max(len(have), 2) + 1.2), layout="constrained")
+    if not have:
+        ax.text(0.5, 0.5, "no published cell has a matching run yet", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+        return ax
+    protocols = sorted({r["protocol"] for r in have})
+    colours = dict(zip(protocols, _palette(len(protocols))))
+    labels = []
+    for i, r in enumerate(have):
+        c = colours[r["protocol"]]
+        ax.plot([r["published"], r["ours"]], [i, i], color=c, linewidth=1.5, alpha=0.6)
+        ax.plot(r["published"], i, "o", markerfacecolor="white", markeredgecolor=c, markersize=8)
+        ax.plot(r["ours"], i, "o", color=c, markersize=7)
+        rel = (r["ours"] - r["published"]) / r["published"]
+        ax.annotate(f"{rel:+.0%}", (max(r["published"], r["ours"]), i), textcoords="offset points", xytext=(6, -3),
+                    fontsize=8)
+        seeds = f" [{r['seeds']}]" if r["seeds"] != 1 else ""
+        labels.append(f"{r['paper']} T{r['table']} · {r['model']} · {r['dataset']} · {_pretty(r['metric'])}{seeds}")
+    ax.set_yticks(range(len(have)), labels, fontsize=8)
+    ax.invert_yaxis()
+    for p in protocols:
+        ax.plot([], [], "o", color=colours[p], label=f"ours ({p})")
+    ax.plot([], [], "o", markerfacecolor="white", markeredgecolor="grey", label="published")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set(xlabel="metric value", title=title or "Reproduction scorecard: published (hollow) vs ours (filled)")
+    return ax
+
+
+__all__ = ["ROW_METRICS", "mean_std", "paired_t", "t_critical", "paired_ci", "verdict", "method_label", "runs_frame",
+           "set_aside", "coverage_frame", "missing_runs", "seed_summary", "main_table_frame", "styled_main_table",
+           "paired_seed_comparisons", "parse_options", "dataset_size", "parameter_count", "read_scaling_table",
+           "find_curve", "load_curve", "plot_metric_bars", "plot_accuracy_vs_cost", "plot_scorecard"]
