@@ -92,6 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--batch-size", type=int, default=128)
     bm.add_argument("--lr", type=float, default=1e-3)
     bm.add_argument("--max-len", type=int, default=None, help="default: the presets (200 ML-1M, 50 sparse, RKSA 50)")
+    bm.add_argument("--d-model", type=int, default=None)
+    bm.add_argument("--layers", type=int, default=None)
+    bm.add_argument("--heads", type=int, default=None)
+    bm.add_argument("--dropout", type=float, default=None, help="default: the presets")
+    bm.add_argument("--option", action="append", type=_parse_option, default=[], metavar="KEY=VALUE",
+                    help="any other model option, given to every model that has it (repeatable)")
     bm.add_argument("--no-bucketing", action="store_true")
     bm.add_argument("--device", default="auto")
     bm.add_argument("--time-budget", type=float, default=None,
@@ -102,6 +108,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _model_options(args: argparse.Namespace) -> dict:
+    """``--option k=v`` plus the shortcuts ``--d-model``, ``--layers``, ``--heads``, ``--dropout``."""
+    options = dict(args.option)
+    for flag, key in (("d_model", "d_model"), ("layers", "n_layers"), ("heads", "n_heads"), ("dropout", "dropout")):
+        if getattr(args, flag) is not None:
+            options[key] = getattr(args, flag)
+    return options
+
+
 def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.benchmark import parse_datasets, parse_models, plan, run_benchmark, status, summary
     from .experiments.results import default_results_path, project_root
@@ -110,7 +125,7 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     base = ExperimentSpec(protocol=args.protocol, epochs=args.epochs, patience=args.patience,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=not args.no_bucketing, device=args.device,
-                          progress=False if args.quiet else None)
+                          progress=False if args.quiet else None, model_options=_model_options(args))
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
     results = Path(args.results) if args.results else default_results_path()
     checkpoints = project_root() / "runs" / "benchmark"
@@ -150,10 +165,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.results import append_run, curve_path, default_results_path, project_root, write_curve
     from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
 
-    options = dict(args.option)
-    for flag, key in (("d_model", "d_model"), ("layers", "n_layers"), ("heads", "n_heads"), ("dropout", "dropout")):
-        if getattr(args, flag) is not None:
-            options[key] = getattr(args, flag)
+    options = _model_options(args)
     epochs = args.epochs if args.epochs is not None else (30 if args.dataset == SYNTHETIC else 200)
     spec = ExperimentSpec(
         model=args.model.lower(), dataset=args.dataset.lower(), loss=args.loss, protocol=args.protocol,

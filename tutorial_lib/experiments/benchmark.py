@@ -63,9 +63,17 @@ def parse_datasets(names: Sequence[str]) -> list[str]:
 
 def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
          base: ExperimentSpec | None = None) -> list[ExperimentSpec]:
-    """One spec per (dataset, model, seed), datasets outermost (a dataset is loaded once per invocation)."""
+    """One spec per (dataset, model, seed), datasets outermost (a dataset is loaded once per invocation).
+
+    ``base.model_options`` go to every model that has the option (``d_model`` to all, ``k`` to FPARec only).
+    """
     base = base or ExperimentSpec()
-    return [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=dict(base.model_options))
+
+    def options(model: str) -> dict:
+        valid = get_model_entry(model).options()
+        return {k: v for k, v in base.model_options.items() if k in valid}
+
+    return [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m))
             for d in datasets for m, loss in models for s in seeds]
 
 
@@ -98,15 +106,22 @@ def summary(statuses: Sequence[RunStatus]) -> str:
     lines = [f"{'dataset':14s} {'model':16s} {'loss':5s} {'seed':>4s}  {'state':8s} {'HR@10':>7s} {'NDCG@10':>8s}"
              f" {'s/epoch':>8s}"]
     spent = 0.0
+
+    def num(row: dict, key: str, fmt: str) -> str:
+        try:
+            return format(float(row[key]), fmt)
+        except (KeyError, TypeError, ValueError):
+            return ""
+
     for st in statuses:
         s, r = st.spec, st.row or {}
         if r:
             spent += float(r.get("train_seconds") or 0.0)
         lines.append(f"{s.dataset:14s} {s.model:16s} {s.loss:5s} {s.seed:4d}  {st.state:8s} "
-                     f"{r.get('hr@10', ''):>7.7s} {r.get('ndcg@10', ''):>8.8s} {r.get('seconds_per_epoch', ''):>8.8s}")
+                     f"{num(r, 'hr@10', '.4f'):>7s} {num(r, 'ndcg@10', '.4f'):>8s} {num(r, 'seconds_per_epoch', '.1f'):>8s}")
     counts = {k: sum(st.state == k for st in statuses) for k in ("done", "partial", "pending")}
     lines.append(f"{len(statuses)} runs: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending; "
-                 f"{spent / 3600:.1f} h of training in the finished runs")
+                 f"{spent / 60:.1f} min of training in the finished runs")
     return "\n".join(lines)
 
 

@@ -67,7 +67,7 @@ def make_layer(spec: str, length: int, d_model: int, n_items: int, device: torch
     """The model's first attention layer (with the modules it shares, e.g. position tables) and the model."""
     name, options = parse_spec(spec)
     options = {"dropout": 0.0, **options}
-    model = build_model(name, n_items=n_items, max_len=length, n_users=8, d_model=d_model, **options)
+    model = build_model(name, n_items=n_items, max_len=length, n_users=6040, d_model=d_model, **options)
     if hasattr(model, "prepare"):
         rng = np.random.default_rng(0)
         train = [rng.integers(1, n_items + 1, 60) for _ in range(8)]
@@ -85,7 +85,7 @@ def measure(name: str, length: int, args: Namespace, device: torch.device) -> di
     model.train()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, args.n_items + 1, (args.batch, length), generator=g).to(device)
-    users = torch.arange(args.batch, device=device) % 8
+    users = torch.arange(args.batch, device=device) % 6040
     ctx = model.make_context(ids, users=users if model.user_embedding is not None else None)
     if ctx.user is not None:
         ctx.user = ctx.user.detach()  # the layer alone is measured, not the user embedding before it

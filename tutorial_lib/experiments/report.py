@@ -50,7 +50,8 @@ def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
     return out
 
 
-def _label(model: str, loss: str) -> str:
+def method_label(model: str, loss: str) -> str:
+    """How a method is named in the tables: the model, with its loss when it is not cross-entropy."""
     return model if loss in ("ce", "") else f"{model} ({loss})"
 
 
@@ -77,7 +78,7 @@ def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         if r.get("protocol") == protocol:
-            out.setdefault((_label(r["model"], r.get("loss", "")), r["dataset"]), []).append(r)
+            out.setdefault((method_label(r["model"], r.get("loss", "")), r["dataset"]), []).append(r)
     for key, rs in out.items():
         latest = max(rs, key=lambda r: r.get("date", ""))
         out[key] = [r for r in rs if config_key(r) == config_key(latest)]
@@ -124,7 +125,7 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         if rec.dataset is None:
             continue
         loss = rec.loss if rec.loss in ("ce", "bce") else "ce"
-        ours = by_protocol[rec.protocol].get((_label(rec.model, loss), rec.dataset), [])
+        ours = by_protocol[rec.protocol].get((method_label(rec.model, loss), rec.dataset), [])
         mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
         reasons = []
         if not ours:
