@@ -81,3 +81,16 @@ def test_an_exhausted_budget_starts_nothing(tmp_path, small_synthetic):
     final = bm.run_benchmark(specs, "x", time_budget=-1, results=tmp_path / "r.csv", checkpoints=tmp_path / "c",
                              log=messages.append)
     assert final[0].state == "pending" and "time budget" in messages[0]
+
+
+def test_extra_protocols_rank_the_same_model_and_count_as_done(tmp_path, small_synthetic):
+    base = ExperimentSpec(**TINY, also_protocols=("full-nohist",))
+    specs = bm.plan([("sasrec", "ce")], ["synthetic"], [0], base)
+    results = tmp_path / "runs.csv"
+    bm.run_benchmark(specs, "x", results=results, checkpoints=tmp_path / "c", log=lambda m: None)
+    rows = read_runs(results)
+    assert [r["protocol"] for r in rows] == ["full", "full-nohist"]
+    assert len({r["run_id"] for r in rows}) == 1 and "select=full" in rows[1]["training"]
+    assert float(rows[1]["hr@10"]) >= float(rows[0]["hr@10"])       # removing the history only helps the target
+    nohist = replace(specs[0], protocol="full-nohist")
+    assert nohist.run_id() != specs[0].run_id()                       # a run selected on nohist is another run

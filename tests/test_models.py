@@ -249,3 +249,21 @@ def test_score_is_dot_product_with_item_matrix():
         s = model.score_next(ids)
     torch.testing.assert_close(s[:, 1:], h @ model.output_embedding[1:].t())
     assert F.softmax(s, -1)[:, 0].eq(0).all()
+
+
+def test_dropout_matches_the_inverted_dropout_distribution():
+    from tutorial_lib.models.backbone import Dropout
+
+    drop = Dropout(0.25)
+    x = torch.ones(200_000, requires_grad=True)
+    torch.manual_seed(0)
+    y = drop(x)
+    zeros = (y == 0).float().mean().item()
+    assert abs(zeros - 0.25) < 0.01 and abs(y.mean().item() - 1.0) < 0.01
+    assert torch.isclose(torch.unique(y), torch.tensor([0.0, 1 / 0.75])).all()
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, y.detach())                      # the gradient is the scaled mask
+    drop.eval()
+    assert drop(x) is x
+    with pytest.raises(ConfigError, match="dropout"):
+        Dropout(1.0)

@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--negatives", type=int, default=None,
                     help="negatives per position (bce, default 1) or per batch (sampled-ce, default 256)")
     tr.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
+    tr.add_argument("--also-protocols", nargs="+", default=[], choices=["full", "full-nohist", "sampled100"],
+                    help="also rank the selected model's test users under these protocols (one more row each)")
     tr.add_argument("--epochs", type=int, default=None, help="maximum epochs (default 200; 30 on synthetic)")
     tr.add_argument("--max-len", type=int, default=None, help="input window (default: 200 on ML, else 50)")
     tr.add_argument("--batch-size", type=int, default=128)
@@ -83,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--datasets", nargs="+", default=["all"], help="'all' or dataset names")
     bm.add_argument("--seeds", nargs="+", type=int, default=[42])
     bm.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
+    bm.add_argument("--also-protocols", nargs="+", default=[], choices=["full", "full-nohist", "sampled100"],
+                    help="also rank each selected model's test users under these protocols (one more row each)")
     bm.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"],
                     help="loss of the models given without @loss")
     bm.add_argument("--negatives", type=int, default=None)
@@ -122,7 +126,7 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.results import default_results_path, project_root
     from .experiments.run import ExperimentSpec
 
-    base = ExperimentSpec(protocol=args.protocol, epochs=args.epochs, patience=args.patience,
+    base = ExperimentSpec(protocol=args.protocol, also_protocols=tuple(args.also_protocols), epochs=args.epochs, patience=args.patience,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=not args.no_bucketing, device=args.device,
                           progress=False if args.quiet else None, model_options=_model_options(args))
@@ -169,6 +173,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     epochs = args.epochs if args.epochs is not None else (30 if args.dataset == SYNTHETIC else 200)
     spec = ExperimentSpec(
         model=args.model.lower(), dataset=args.dataset.lower(), loss=args.loss, protocol=args.protocol,
+        also_protocols=tuple(args.also_protocols),
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
         patience=args.patience, eval_every=args.eval_every, eval_users=args.eval_users,
         n_negatives=args.negatives, device=args.device, precision=args.precision,
@@ -190,12 +195,16 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     print("           " + "  ".join(f"{k:>8s}" for k in keys))
     for stage, m in (("validation", result.valid), ("test", result.test)):
         print(f"{stage:10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
+    for protocol, m in result.also.items():
+        print(f"test, {protocol}:\n{'':10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
     if not args.no_results:
         command = "python -m tutorial_lib " + shlex.join(argv)
-        path = append_run(result.row(command), args.results or default_results_path())
+        rows = result.rows(command)
+        for row in rows:
+            path = append_run(row, args.results or default_results_path())
         curve = curve_path(path, spec.tag(), spec.run_id())
         write_curve(tr.history, curve)
-        print(f"appended a row to {path}; training curve in {curve}")
+        print(f"appended {len(rows)} row(s) to {path}; training curve in {curve}")
     return 0
 
 

@@ -91,13 +91,13 @@ def checkpoint_path(spec: ExperimentSpec, folder: Path) -> Path:
 
 def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path) -> list[RunStatus]:
     """Which runs are finished (a row with their ``run_id``), partial (a checkpoint) or pending."""
-    rows = {r.get("run_id"): r for r in read_runs(results) if r.get("run_id")}
+    rows = {(r.get("run_id"), r.get("protocol")): r for r in read_runs(results) if r.get("run_id")}
     out = []
     for spec in specs:
         ckpt = checkpoint_path(spec, checkpoints)
-        rid = spec.run_id()
-        state = "done" if rid in rows else "partial" if ckpt.exists() else "pending"
-        out.append(RunStatus(spec, state, ckpt, rows.get(rid)))
+        row = rows.get((spec.run_id(), spec.protocol))
+        state = "done" if row else "partial" if ckpt.exists() else "pending"
+        out.append(RunStatus(spec, state, ckpt, row))
     return out
 
 
@@ -157,8 +157,8 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
         if not result.train.finished:
             log(f"paused after epoch {result.train.epochs_run} (time budget); checkpoint {st.checkpoint}")
             break
-        row = result.row(command)
-        append_run(row, results)
+        for row in result.rows(command):
+            append_run(row, results)
         write_curve(result.train.history, curve_path(results, spec.tag(), spec.run_id()))
         Path(st.checkpoint).unlink(missing_ok=True)
         log(f"done: test HR@10 {result.test['hr@10']:.4f} NDCG@10 {result.test['ndcg@10']:.4f} "

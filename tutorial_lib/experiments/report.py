@@ -34,9 +34,9 @@ METRICS = ("hr@5", "ndcg@5", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
 # ----------------------------------------------------------------------------- loading
 def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
     """One row per run (the latest for a ``run_id``), with numbers parsed."""
-    keep: dict[str, dict] = {}
+    keep: dict[tuple, dict] = {}
     for i, r in enumerate(rows):
-        key = r.get("run_id") or f"legacy-{i}"
+        key = (r.get("run_id") or f"legacy-{i}", r.get("protocol"))  # one trained model may be ranked several ways
         keep[key] = r
     out = []
     for r in keep.values():

@@ -48,6 +48,7 @@ class ExperimentSpec:
     mask_prob: float | None = None
     time_budget: float | None = None
     deadline: float | None = None
+    also_protocols: tuple[str, ...] = ()
     model_options: dict = field(default_factory=dict)
     checkpoint: str | None = None
     data_dir: str | None = None
@@ -116,12 +117,23 @@ class ExperimentResult:
     device: torch.device
     model: torch.nn.Module
     commit: str = ""
+    also: dict[str, dict[str, float]] = field(default_factory=dict)
 
-    def row(self, command: str) -> dict:
-        """The ``results/runs.csv`` row of this run."""
-        s, t = self.spec, self.test
+    def rows(self, command: str) -> list[dict]:
+        """The ``results/runs.csv`` rows of this run: its protocol, then each of ``spec.also_protocols``
+        (the same selected model ranked under another protocol; ``select=<protocol>`` in ``training`` says
+        which validation chose it)."""
+        return [self.row(command)] + [self.row(command, p) for p in self.also]
+
+    def row(self, command: str, protocol: str | None = None) -> dict:
+        """The ``results/runs.csv`` row of this run (under ``protocol``, default the run's own)."""
+        s = self.spec
+        t = self.test if protocol in (None, s.protocol) else self.also[protocol]
+        training = " ".join(f"{k}={v}" for k, v in s.training_options().items() if v is not None)
+        if protocol not in (None, s.protocol):
+            training += f" select={s.protocol}"
         return {
-            "model": s.model, "dataset": s.dataset, "protocol": s.protocol, "loss": s.loss, "seed": s.seed,
+            "model": s.model, "dataset": s.dataset, "protocol": protocol or s.protocol, "loss": s.loss, "seed": s.seed,
             "hr@10": t["hr@10"], "ndcg@10": t["ndcg@10"], "hr@20": t["hr@20"], "ndcg@20": t["ndcg@20"],
             "mrr": t["mrr"], "best_epoch": self.train.best_epoch, "epochs": self.train.epochs_run,
             "train_seconds": round(self.train.train_seconds, 1),
@@ -130,8 +142,7 @@ class ExperimentResult:
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
             "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
             "options": " ".join(f"{k}={v}" for k, v in sorted(s.resolved_model_options().items())),
-            "training": " ".join(f"{k}={v}" for k, v in s.training_options().items() if v is not None),
-            "stopped": self.train.stop_reason, "run_id": s.run_id(),
+            "training": training, "stopped": self.train.stop_reason, "run_id": s.run_id(),
         }
 
 
@@ -158,7 +169,13 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     result = trainer.fit()
     valid = result.best_valid or evaluator.evaluate(trainer.model, "valid")
     test = evaluator.evaluate(trainer.model, "test") if result.finished else {}
-    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model, commit)
+    also = {}
+    if result.finished:
+        for other in dict.fromkeys(spec.also_protocols):
+            if other != spec.protocol:
+                ev = Evaluator(split, max_len, EvalProtocol(other, max_users=spec.eval_users, seed=EVAL_SEED))
+                also[other] = ev.evaluate(trainer.model, "test")
+    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model, commit, also)
 
 
 __all__ = ["ExperimentSpec", "ExperimentResult", "run_experiment", "load_data", "SYNTHETIC"]

@@ -18,12 +18,33 @@ POSITIONS = ("absolute", "none")
 FFN_PLACEMENTS = ("block", "stack")
 
 
+class Dropout(nn.Module):
+    """Inverted dropout, ``x * (rand >= p) / (1 - p)`` in training and the identity in evaluation: the same
+    distribution as :class:`torch.nn.Dropout`, drawn with ``torch.rand`` into a float mask, which on a CPU is
+    about twice as fast as ``nn.Dropout``'s Bernoulli sampling (``benchmarks/train_speed.py``)."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        mask = (torch.rand_like(x) >= self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * mask
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class FeedForward(nn.Module):
     """Point-wise feed-forward network ``W_2 Dropout(ReLU(W_1 x))``, applied to every position."""
 
     def __init__(self, d_model: int, ffn_dim: int, dropout: float):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), nn.Dropout(dropout),
+        self.net = nn.Sequential(nn.Linear(d_model, ffn_dim), nn.ReLU(), Dropout(dropout),
                                  nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,7 +77,7 @@ class Block(nn.Module):
         self.ln_attn = nn.LayerNorm(d_model, eps=ln_eps)
         self.ln_ffn = nn.LayerNorm(d_model, eps=ln_eps) if ffn else None
         self.ffn = FeedForward(d_model, ffn_dim, dropout) if ffn else None
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.layout == "tf":
@@ -126,7 +147,7 @@ class SequentialRecommender(nn.Module):
         self.position_embedding = nn.Embedding(max_len, d_model) if positions == "absolute" else None
         self.output_table = None if tie_embeddings else nn.Parameter(torch.empty(n_items + 1, d_model))
         self.user_embedding = nn.Embedding(n_users, d_model) if n_users else None
-        self.embedding_dropout = nn.Dropout(dropout)
+        self.embedding_dropout = Dropout(dropout)
         ln_eps = 1e-8 if layout == "tf" else 1e-6
         per_block_ffn = ffn_placement == "block"
         self.blocks = nn.ModuleList(
@@ -138,7 +159,7 @@ class SequentialRecommender(nn.Module):
         else:
             self.stack_norm = nn.LayerNorm(d_model, eps=ln_eps)
             self.stack_ffn = FeedForward(d_model, ffn_dim or d_model, dropout)
-        self.stack_dropout = nn.Dropout(dropout)
+        self.stack_dropout = Dropout(dropout)
         self.final_norm = nn.LayerNorm(d_model, eps=ln_eps)
         self.reset_parameters()
 
