@@ -56,9 +56,22 @@ VARIANTS = {
     # name: (trainer or plain loop, model options, trainer options)
     "reference: plain loop": ("plain", {"attn_dropout": 0.2}, {}),
     "ours + attention-weight dropout 0.2": ("ours", {"attn_dropout": 0.2}, {}),
-    "ours without length bucketing": ("ours", {}, {"bucketing": False}),
+    "ours with nn.Dropout": ("ours-torch-dropout", {}, {}),
+    "ours with F.cross_entropy on valid positions": ("ours", {}, {"ce_chunk": None}),
+    "ours + length bucketing": ("ours", {}, {"bucketing": True}),
     "ours (default)": ("ours", {}, {}),
 }
+
+
+def use_torch_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Swap the backbone's dropout modules for ``torch.nn.Dropout`` (what plain PyTorch code uses)."""
+    from tutorial_lib.models.backbone import Dropout
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, Dropout):
+                setattr(parent, name, torch.nn.Dropout(child.p))
+    return model
 
 
 def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse.Namespace) -> dict:
@@ -66,6 +79,8 @@ def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse
     seed_everything(args.seed)
     model = build_model("sasrec", n_items=n_items, max_len=args.max_len, d_model=args.d_model, n_heads=2,
                         n_layers=2, dropout=0.2, **model_opts)
+    if kind in ("plain", "ours-torch-dropout"):
+        model = use_torch_dropout(model)
     evaluator = Evaluator(split, args.max_len)
     seconds = []
     if kind == "plain":

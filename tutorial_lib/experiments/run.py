@@ -43,7 +43,7 @@ class ExperimentSpec:
     n_negatives: int | None = None
     device: str = "auto"
     precision: str = "fp32"
-    bucketing: bool = True
+    bucketing: bool = False
     weighting: str = "target"
     mask_prob: float | None = None
     time_budget: float | None = None

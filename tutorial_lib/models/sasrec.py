@@ -27,3 +27,19 @@ def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 
         dropout=dropout, ffn_dim=ffn_dim, layout=layout, embedding_scale=embedding_scale,
         tie_embeddings=tie_embeddings,
     )
+
+
+@register_model("sasrec-untied", "SASRec with a separate output item table (the course's variant, not a paper's)",
+                family="dot_product")
+def build_sasrec_untied(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
+                        dropout: float = 0.2, attn_dropout: float | None = None, layout: str = "paper",
+                        ffn_dim: int | None = None, embedding_scale: bool = True) -> SequentialRecommender:
+    """SASRec whose scores use their own item table instead of the input embedding.
+
+    With tied tables the hidden state of position ``t`` carries the embedding of the item just read, so
+    that item scores high as its own successor; on MovieLens, where nobody rates a film twice, the tied
+    model keeps ranking the last items it read near the top (notebook 02 measures it). A separate output
+    table removes that coupling; every paper of the course ties the tables, so this is a labelled variant.
+    """
+    return build_sasrec(n_items, max_len, d_model, n_layers, n_heads, dropout, attn_dropout, layout, ffn_dim,
+                        embedding_scale, tie_embeddings=False)
