@@ -151,12 +151,12 @@ def test_student_version_strips_outputs_and_tags_check_cells():
     assert cells[5].metadata["tags"] == ["check", RAISES_TAG]
     assert [c.metadata.get("tags", []) for c in cells] == [[], [], [], ["exercise"], [], ["check", RAISES_TAG],
                                                             ["parameters"]]
-    for i, c in enumerate(cells):
-        if c.cell_type == "code" and i != 2:
-            assert c.outputs == [] and c.execution_count is None
+    for c in cells:
+        if c.cell_type == "code":
+            assert c.outputs == [] and c.execution_count is None, "student notebooks carry no outputs"
         assert set(c.metadata) <= {"tags"}, "only tags are kept in cell metadata"
-    # nbval compares '# NBVAL_CHECK_OUTPUT' cells with their stored output: kept, counts renumbered
-    assert cells[2].outputs[0]["text"] == "hi\n" and cells[2].execution_count == 2
+    # the solution keeps the reference output nbval compares; the student copy drops the marker with it
+    assert cells[2].source == "print('hi')" and "NBVAL_CHECK_OUTPUT" in nb.cells[2].source
     assert student.metadata == {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
                                                "name": "python3"}, "language_info": {"name": "python"}}
     assert student.nbformat == 4 and student.nbformat_minor == 5

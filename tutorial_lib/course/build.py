@@ -14,9 +14,9 @@
 * Every cell tagged ``check`` gets the extra tag ``raises-exception`` (so nbval accepts the
   ``NotImplementedError`` a check raises while the exercise is not done). No other cell may carry
   that tag, and the solutions never do.
-* Outputs and execution counts are stripped, except in cells containing the comment
-  ``# NBVAL_CHECK_OUTPUT``: nbval compares those outputs with the stored ones, so their (deterministic)
-  reference outputs are kept, with execution counts renumbered 1, 2, ... over the code cells.
+* Outputs and execution counts are stripped from every cell, and the ``# NBVAL_CHECK_OUTPUT`` comment
+  lines are removed: the student version carries no outputs, and the solutions (which keep the
+  reference outputs of those cells) are where nbval compares them.
 * Cell metadata keeps only ``tags``; notebook metadata only the kernel spec and the language name;
   nbformat 4.5 with stable cell ids; JSON with sorted keys, one-space indent and a trailing newline.
 
@@ -142,6 +142,14 @@ def checks_output(cell) -> bool:
     return cell.cell_type == "code" and CHECK_OUTPUT_MARKER in _comment_markers(cell.source)
 
 
+def _without_check_output_marker(source: str) -> str:
+    """``source`` without its ``# NBVAL_CHECK_OUTPUT`` comment lines (student notebooks have no stored
+    output for nbval to compare with)."""
+    lines = source.splitlines(keepends=True)
+    kept = [ln for ln in lines if not (ln.strip().startswith("#") and ln.strip().lstrip("#").strip() == CHECK_OUTPUT_MARKER)]
+    return "".join(kept)
+
+
 # ----------------------------------------------------------------------------- whole notebooks
 def _tags(cell) -> list[str]:
     tags = cell.get("metadata", {}).get("tags", [])
@@ -247,9 +255,11 @@ def validate_solution(nb, name: str = "<notebook>") -> None:
 def student_notebook(nb, name: str = "<notebook>") -> nbformat.NotebookNode:
     """The student version of a solution notebook (a new object; ``nb`` is not modified)."""
     validate_solution(nb, name)
-    out = _normalise(nb, name, keep_outputs_of_checked=True)
+    out = _normalise(nb, name, keep_outputs_of_checked=False)
     for index, cell in enumerate(out.cells):
         tags = _tags(cell)
+        if checks_output(cell):
+            cell.source = _without_check_output_marker(cell.source)
         if cell.cell_type == "code" and EXERCISE_TAG in tags:
             cell.source, _ = strip_solutions(cell.source, _where(name, index))
         if CHECK_TAG in tags:
