@@ -145,6 +145,14 @@ def _aggregation_variants(x, logits, valid) -> dict[str, torch.Tensor]:
     }
 
 
+def _as_double(yours) -> torch.Tensor | None:
+    """The learner's result as a float64 tensor, or ``None`` when it is not array-like (no diagnosis then)."""
+    try:
+        return torch.as_tensor(to_numpy(yours)).double()
+    except Exception:  # noqa: BLE001
+        return None
+
+
 _AGGREGATION_HINTS = {
     "interest_axis": "the softmax runs over the interests (dim=-1). Eq. 1 normalises over the ITEMS: for each "
                      "interest, the weights of the items 1..t sum to 1 (softmax over the item axis j)",
@@ -156,9 +164,8 @@ _AGGREGATION_HINTS = {
 
 
 def _diagnose_aggregation(case: Case, yours, expected) -> str | None:
-    try:
-        mine = torch.as_tensor(to_numpy(yours)).double()
-    except Exception:  # noqa: BLE001
+    mine = _as_double(yours)
+    if mine is None:
         return None
     if tuple(mine.shape) != tuple(expected.shape):
         return None
@@ -397,9 +404,8 @@ _POSITION_HINTS = {
 
 
 def _diagnose_position(case: Case, yours, expected) -> str | None:
-    try:
-        mine = torch.as_tensor(to_numpy(yours)).double()
-    except Exception:  # noqa: BLE001
+    mine = _as_double(yours)
+    if mine is None:
         return None
     if tuple(mine.shape) != tuple(expected.shape):
         if mine.dim() == 3 and tuple(mine.shape) == tuple(expected.shape[1:]):
