@@ -37,6 +37,20 @@ def test_tables_average_seeds_mark_the_best_and_place_published_numbers(tmp_path
     assert full.count("| sasrec | ml-1m | full | ce |") == 3 and "## Protocol `sampled100`" in full
 
 
+def test_a_shorter_sequence_length_is_its_own_method_and_never_replaces_the_default(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "max_len": 200, "date": "2026-01-01", "run_id": "a"}, path)
+    append_run({**ROW, "max_len": 50, "ndcg@10": 0.05, "date": "2026-02-01", "run_id": "b"}, path)  # newer
+    append_run({**ROW, "model": "rksa", "max_len": 50, "ndcg@10": 0.06, "run_id": "c"}, path)       # rksa's preset
+    runs = report.latest_runs(report.read_runs(path))
+    assert [report.run_label(r) for r in runs] == ["sasrec", "sasrec (L=50)", "rksa"]
+    table = report.main_table(runs)
+    assert "| sasrec | **0.1500 [1]** |" in table and "| sasrec (L=50) | 0.0500 [1] |" in table
+    card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r for r in report.scorecard_rows(runs)}
+    assert card[("FPARec", "sasrec", "ml-1m", "ndcg@10")]["ours"] == 0.15                  # the default-length run
+    assert report.run_label({**ROW, "loss": "bce", "max_len": "50"}) == "sasrec (bce, L=50)"
+
+
 def test_replace_section_requires_markers():
     with pytest.raises(ValueError, match="markers"):
         report.replace_section("no markers here", "x")

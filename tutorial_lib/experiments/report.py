@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from .published import PUBLISHED, Published
+from .run import ExperimentSpec
 from .results import default_results_path, project_root, read_runs
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -55,6 +56,25 @@ def method_label(model: str, loss: str) -> str:
     return model if loss in ("ce", "") else f"{model} ({loss})"
 
 
+def run_label(run: dict) -> str:
+    """:func:`method_label` of a results row, with ``L=<max_len>`` added when the run used another sequence
+    length than the presets give the model on that dataset (so that, say, SASRec at 50 on ML-1M for the
+    RKSA comparison never replaces SASRec at the default 200 in the tables)."""
+    label = method_label(run["model"], run.get("loss") or "")
+    try:
+        used = int(float(run.get("max_len") or ""))
+    except ValueError:
+        return label
+    spec = ExperimentSpec(model=run["model"], dataset=run["dataset"])
+    try:
+        default = spec.resolved_max_len()
+    except (KeyError, ValueError):  # a model or dataset this version no longer knows
+        return label
+    if used == default:
+        return label
+    return f"{label[:-1]}, L={used})" if label.endswith(")") else f"{label} (L={used})"
+
+
 def _mean_std(values: list[float]) -> tuple[float, float]:
     vals = [v for v in values if not math.isnan(v)]
     if not vals:
@@ -78,7 +98,7 @@ def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         if r.get("protocol") == protocol:
-            out.setdefault((method_label(r["model"], r.get("loss", "")), r["dataset"]), []).append(r)
+            out.setdefault((run_label(r), r["dataset"]), []).append(r)
     for key, rs in out.items():
         latest = max(rs, key=lambda r: r.get("date", ""))
         out[key] = [r for r in rs if config_key(r) == config_key(latest)]

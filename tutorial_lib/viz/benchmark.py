@@ -155,7 +155,7 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
     """
     import pandas as pd
 
-    from ..experiments.report import config_key, latest_runs
+    from ..experiments.report import config_key, latest_runs, run_label
     from ..experiments.results import RUN_COLUMNS, read_runs
 
     rows = read_runs(source) if isinstance(source, (str, Path)) else [dict(r) for r in source]
@@ -168,7 +168,7 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     for col in _INTEGER:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
-    frame.insert(0, "method", [method_label(m, loss) for m, loss in zip(frame["model"], frame["loss"])])
+    frame.insert(0, "method", [run_label(r) for r in runs])
     latest = {}
     for i, r in frame.iterrows():  # the most recent configuration of each (method, dataset, protocol)
         key = (r["method"], r["dataset"], r["protocol"])
