@@ -23,6 +23,7 @@ from ..utils.device import resolve_device
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, full_ce_loss, sampled_softmax_loss
 from .negatives import NegativeSampler
+from .optimizer import make_adam
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 WEIGHTINGS = ("target", "batch")
@@ -172,8 +173,8 @@ class Trainer:
         self.prefixes = PrefixSamples.from_train(split.train, model.max_len) if self.objective == "last" else None
         self.targets_per_batch = self._mean_targets_per_batch()
         self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=self.config.lr, betas=self.config.betas,
-                                          weight_decay=self.config.weight_decay)
+        self.optimizer = make_adam(model.parameters(), lr=self.config.lr, betas=self.config.betas,
+                                   weight_decay=self.config.weight_decay)
         self.generator = torch.Generator().manual_seed(self.config.seed)
         use_scaler = self.config.precision == "fp16" and self.device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
