@@ -1,6 +1,7 @@
 """Batched, exact evaluation of next-item prediction on a leave-one-out split."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,33 +111,43 @@ class Evaluator:
         return data
 
     # --------------------------------------------------------------- evaluation
+    def batch_scores(self, model: nn.Module, stage: str = "valid", device: str | torch.device | None = None
+                     ) -> Iterator[tuple[slice, torch.Tensor]]:
+        """Yield ``(rows, scores)`` per batch of evaluated users: ``rows`` indexes ``stage_data(stage)``,
+        ``scores`` ``(B, n_items + 1)`` are the model's next-item scores (float32, on ``device``) for the
+        batch's inputs. The model is in evaluation mode and gradients are off while the caller consumes them.
+        """
+        data = self.stage_data(stage)
+        dev = resolve_device(device) if device is not None else model_device(model)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(data.users), self.batch_size):
+                    rows = slice(start, start + self.batch_size)
+                    width = max(int(data.widths[rows].max()), 1)
+                    users = user_inputs(model, torch.from_numpy(data.users[rows]).to(dev))
+                    yield rows, model.score_next(data.inputs[rows, -width:].to(dev), **users).float()
+        finally:
+            model.train(was_training)
+
     @torch.inference_mode()
     def ranks(self, model: nn.Module, stage: str = "valid", device: str | torch.device | None = None
               ) -> torch.Tensor:
         """0-based rank of every evaluated user's target, ``(N,)`` on the CPU, in the order of
         ``stage_data(stage).users``."""
         data = self.stage_data(stage)
-        dev = resolve_device(device) if device is not None else model_device(model)
-        was_training = model.training
-        model.eval()
         out = []
-        try:
-            for start in range(0, len(data.users), self.batch_size):
-                rows = slice(start, start + self.batch_size)
-                width = max(int(data.widths[rows].max()), 1)
-                users = user_inputs(model, torch.from_numpy(data.users[rows]).to(dev))
-                scores = model.score_next(data.inputs[rows, -width:].to(dev), **users).float()
-                target = data.targets[rows].to(dev)
-                if self.protocol.sampled:
-                    cand = data.candidates[rows].to(dev)
-                    r = rank_of_target(scores.gather(1, cand), torch.zeros_like(target))
-                else:
-                    scores[:, 0] = float("-inf")  # padding is never a candidate, whatever the model scores it
-                    excluded = self._history_mask(data, start, scores.shape, dev)
-                    r = rank_of_target(scores, target, excluded)
-                out.append(r.cpu())
-        finally:
-            model.train(was_training)
+        for rows, scores in self.batch_scores(model, stage, device):
+            target = data.targets[rows].to(scores.device)
+            if self.protocol.sampled:
+                cand = data.candidates[rows].to(scores.device)
+                r = rank_of_target(scores.gather(1, cand), torch.zeros_like(target))
+            else:
+                scores[:, 0] = float("-inf")  # padding is never a candidate, whatever the model scores it
+                excluded = self._history_mask(data, rows.start, scores.shape, scores.device)
+                r = rank_of_target(scores, target, excluded)
+            out.append(r.cpu())
         return torch.cat(out) if out else torch.empty(0, dtype=torch.long)
 
     def _history_mask(self, data: StageData, start: int, shape: torch.Size, dev: torch.device

@@ -1,0 +1,34 @@
+"""Smoke runs of the benchmark scripts that are cheap enough for CI (tiny settings, the real code paths)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tied_embeddings_reports_both_models(tmp_path, capsys):
+    out = tmp_path / "tied.md"
+    assert load_script("tied_embeddings").main(["--dataset", "synthetic", "--epochs", "1", "--max-len", "20",
+                                                "--out", str(out)]) == 0
+    table = out.read_text()
+    assert "| sasrec | 1 |" in table and "| sasrec-untied | 1 |" in table and "commit:" in table
+
+
+def test_optimizer_step_times_every_implementation(tmp_path):
+    out = tmp_path / "adam.md"
+    assert load_script("optimizer_step").main(["--steps", "2", "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "items)" in line]
+    assert len(rows) == 3
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert all(float(c) > 0 for c in cells[2:5]), row
