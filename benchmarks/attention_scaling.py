@@ -22,15 +22,13 @@ growth; Table 3: LightSANs-ape needs fewer FLOPs than SASRec), and saves a figur
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from tutorial_lib.experiments.efficiency import growth_exponent, measure
-from tutorial_lib.experiments.results import git_commit, hardware_description, now_iso
+from tutorial_lib.experiments.results import hardware_description, provenance_lines
 from tutorial_lib.utils import atomic_write_text, resolve_device
 
 #: ``name`` or ``name:option=value``; "sasrec:attn_dropout=0.2" is SASRec with dropout on the attention weights
@@ -103,9 +101,7 @@ def render(rows: list[dict], args: argparse.Namespace, device: torch.device) -> 
                          f"{r['ms']:.0f} / {r['activation_mib']:.0f} / {r['gflops']:.2f}")
         lines.append(f"| {name} | {p200:,} | " + " | ".join(cells) +
                      f" | L^{growth_exponent(done, 'ms'):.2f} | L^{growth_exponent(done, 'activation_mib'):.2f} |")
-    lines += ["", *claims(by_model), "", f"command: `python {' '.join(sys.argv)}`  ", f"commit: {git_commit()}  ",
-              f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
-              f"date: {now_iso()}"]
+    lines += ["", *claims(by_model), "", *provenance_lines(device)]
     return "\n".join(lines)
 
 

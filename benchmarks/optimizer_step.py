@@ -13,7 +13,6 @@ Prints a Markdown table (and writes it with its provenance when ``--out`` is giv
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tutorial_lib.experiments.results import git_commit, hardware_description, now_iso
+from tutorial_lib.experiments.results import provenance_lines
 from tutorial_lib.models import build_model
 from tutorial_lib.training.optimizer import make_adam
 from tutorial_lib.utils import atomic_write_text
@@ -67,10 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} ({n_items:,} items) | {n_params:,} | "
                      + " | ".join(f"{ms[i]:.2f}" for i in IMPLEMENTATIONS) + f" | {ms['loop'] / ms['fused']:.1f}x |")
         print(lines[-1], flush=True)
-    lines += ["", f"command: `python {' '.join(sys.argv)}`  ", f"commit: {git_commit()}  ",
-              f"hardware: {hardware_description(torch.device('cpu'))}  ",
-              f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
-              f"date: {now_iso()}"]
+    lines += ["", *provenance_lines()]
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:

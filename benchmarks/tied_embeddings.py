@@ -13,18 +13,15 @@ Prints a Markdown table (and writes it with its provenance when ``--out`` is giv
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
 
 from tutorial_lib.data import leave_one_out, load_dataset, make_synthetic
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.evaluation.diagnostics import last_item_diagnosis
-from tutorial_lib.experiments.results import git_commit, hardware_description, now_iso
+from tutorial_lib.experiments.results import provenance_lines
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
 from tutorial_lib.utils import atomic_write_text, seed_everything
@@ -67,10 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
                      f"{d['ndcg@10_without_last']:.4f} | {seconds:.1f} |")
         print(lines[-1], flush=True)
-    lines += ["", f"command: `python {' '.join(sys.argv)}`  ", f"commit: {git_commit()}  ",
-              f"hardware: {hardware_description(torch.device('cpu'))}  ",
-              f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
-              f"date: {now_iso()}"]
+    lines += ["", *provenance_lines()]
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 from tutorial_lib.data import leave_one_out, left_pad, load_dataset, make_synthetic
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.evaluation import Evaluator
-from tutorial_lib.experiments.results import git_commit, hardware_description, now_iso
+from tutorial_lib.experiments.results import provenance_lines
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
 from tutorial_lib.utils import atomic_write_text, seed_everything
@@ -137,10 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         lines.append(f"| {r['variant']} | {r['s_per_epoch']:.1f} | {ref / r['s_per_epoch']:.2f}x | "
                      f"{r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
-    lines += ["", f"command: `python {' '.join(sys.argv)}`  ", f"commit: {git_commit()}  ",
-              f"hardware: {hardware_description(torch.device('cpu'))}  ",
-              f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
-              f"date: {now_iso()}"]
+    lines += ["", *provenance_lines()]
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:

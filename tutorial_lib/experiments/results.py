@@ -142,11 +142,24 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def provenance_lines(device: torch.device | None = None) -> list[str]:
+    """Markdown footer of a benchmark table: the exact command, commit, hardware, library versions and date."""
+    import platform
+    import sys
+
+    import numpy as np
+
+    return [f"command: `python {' '.join(sys.argv)}`  ", f"commit: {git_commit()}  ",
+            f"hardware: {hardware_description(device or torch.device('cpu'))}  ",
+            f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
+            f"date: {now_iso()}"]
+
+
 def _fmt(v: object) -> str:
     if isinstance(v, float):
         return f"{v:.6g}" if abs(v) >= 1 else f"{v:.6f}"
     return str(v)
 
 
-__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description",
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description", "provenance_lines",
            "default_results_path", "now_iso", "project_root"]
