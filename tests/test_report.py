@@ -51,6 +51,18 @@ def test_a_shorter_sequence_length_is_its_own_method_and_never_replaces_the_defa
     assert report.run_label({**ROW, "loss": "bce", "max_len": "50"}) == "sasrec (bce, L=50)"
 
 
+def test_a_published_metric_we_do_not_record_is_explained_and_left_out_of_the_short_card(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "model": "rksa", "dataset": "video", "protocol": "sampled100", "loss": "bce", "max_len": 50,
+                "hr@10": 0.75, "run_id": "a"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r for r in report.scorecard_rows(runs)}
+    assert card[("RKSA", "rksa", "video", "hr@10")]["ours"] == 0.75
+    assert "hr@5 is not recorded" in card[("RKSA", "rksa", "video", "hr@5")]["reason"]
+    short = report.scorecard_table(runs, only_run=True)
+    assert "| hr@10 | 0.7551 | 0.7500 |" in short and "| hr@5 |" not in short
+
+
 def test_replace_section_requires_markers():
     with pytest.raises(ValueError, match="markers"):
         report.replace_section("no markers here", "x")

@@ -150,6 +150,8 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         reasons = []
         if not ours:
             reasons.append("not run yet")
+        elif math.isnan(mean):
+            reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
         if not rec.same_data:
             reasons.append("different dataset version")
         if rec.note:
@@ -163,7 +165,7 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
 def scorecard_table(runs: list[dict], only_run: bool = False) -> str:
     rows = scorecard_rows(runs)
     if only_run:
-        rows = [r for r in rows if r["seeds"]]
+        rows = [r for r in rows if r["seeds"] and not math.isnan(r["ours"])]
     if not rows:
         return "_No published cell has a matching run yet._"
     lines = ["| paper (table) | model | dataset | protocol | metric | published | ours | difference | notes |",
