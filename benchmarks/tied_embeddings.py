@@ -21,7 +21,7 @@ from pathlib import Path
 from tutorial_lib.data import leave_one_out, load_dataset, make_synthetic
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.evaluation.diagnostics import last_item_diagnosis
-from tutorial_lib.experiments.results import provenance_lines
+from tutorial_lib.experiments.results import git_commit, provenance_lines
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
 from tutorial_lib.utils import atomic_write_text, seed_everything
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
+    commit = git_commit()  # the code that runs, even if the checkout changes while it trains
     try:
         data = load_dataset(args.dataset)
     except Exception as exc:  # offline fallback keeps the benchmark runnable anywhere
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
                      f"{d['ndcg@10_without_last']:.4f} | {seconds:.1f} |")
         print(lines[-1], flush=True)
-    lines += ["", *provenance_lines()]
+    lines += ["", *provenance_lines(commit=commit)]
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:

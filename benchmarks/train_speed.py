@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from tutorial_lib.data import leave_one_out, left_pad, load_dataset, make_synthetic
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.evaluation import Evaluator
-from tutorial_lib.experiments.results import provenance_lines
+from tutorial_lib.experiments.results import git_commit, provenance_lines
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
 from tutorial_lib.utils import atomic_write_text, seed_everything
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
+    commit = git_commit()  # the code that runs, even if the checkout changes while it trains
     try:
         data = load_dataset(args.dataset)
     except Exception as exc:  # offline fallback keeps the benchmark runnable anywhere
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         lines.append(f"| {r['variant']} | {r['s_per_epoch']:.1f} | {ref / r['s_per_epoch']:.2f}x | "
                      f"{r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
-    lines += ["", *provenance_lines()]
+    lines += ["", *provenance_lines(commit=commit)]
     table = "\n".join(lines)
     print("\n" + table)
     if args.out:

@@ -142,14 +142,16 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def provenance_lines(device: torch.device | None = None) -> list[str]:
-    """Markdown footer of a benchmark table: the exact command, commit, hardware, library versions and date."""
+def provenance_lines(device: torch.device | None = None, commit: str | None = None) -> list[str]:
+    """Markdown footer of a benchmark table: the exact command, commit, hardware, library versions and date.
+
+    A script that runs for long should pass the ``commit`` it read when it started (the code that ran)."""
     import platform
     import sys
 
     import numpy as np
 
-    return [f"command: `python {' '.join(sys.argv)}`  ", f"commit: {git_commit()}  ",
+    return [f"command: `python {' '.join(sys.argv)}`  ", f"commit: {commit or git_commit()}  ",
             f"hardware: {hardware_description(device or torch.device('cpu'))}  ",
             f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
             f"date: {now_iso()}"]
