@@ -231,3 +231,12 @@ def test_protocol_validation():
         EvalProtocol(max_users=0)
     with pytest.raises(ConfigError):
         EvalProtocol(n_negatives=0)
+
+
+def test_batch_scores_leaves_the_callers_grad_mode_alone(split):
+    model = TableModel(N_ITEMS)
+    evaluator = Evaluator(split, MAX_LEN, batch_size=8)
+    for rows, scores in evaluator.batch_scores(model, "valid"):
+        assert not torch.is_inference_mode_enabled() and scores.shape == (rows.stop - rows.start, N_ITEMS + 1)
+        break
+    assert not torch.is_inference_mode_enabled()

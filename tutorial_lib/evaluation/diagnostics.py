@@ -23,6 +23,7 @@ from .evaluator import Evaluator
 from .metrics import metrics_from_ranks, rank_of_target
 
 
+@torch.inference_mode()
 def last_item_diagnosis(evaluator: Evaluator, model: nn.Module, stage: str = "test", k: int = 10
                         ) -> dict[str, float]:
     """The repeat diagnosis of ``model`` on ``stage`` (see the module docstring).

@@ -115,19 +115,21 @@ class Evaluator:
                      ) -> Iterator[tuple[slice, torch.Tensor]]:
         """Yield ``(rows, scores)`` per batch of evaluated users: ``rows`` indexes ``stage_data(stage)``,
         ``scores`` ``(B, n_items + 1)`` are the model's next-item scores (float32, on ``device``) for the
-        batch's inputs. The model is in evaluation mode and gradients are off while the caller consumes them.
+        batch's inputs, computed in inference mode (so a caller that edits them in place must run in
+        ``torch.inference_mode()`` too). The model is in evaluation mode until the generator is exhausted.
         """
         data = self.stage_data(stage)
         dev = resolve_device(device) if device is not None else model_device(model)
         was_training = model.training
         model.eval()
         try:
-            with torch.inference_mode():
-                for start in range(0, len(data.users), self.batch_size):
-                    rows = slice(start, start + self.batch_size)
-                    width = max(int(data.widths[rows].max()), 1)
+            for start in range(0, len(data.users), self.batch_size):
+                rows = slice(start, start + self.batch_size)
+                width = max(int(data.widths[rows].max()), 1)
+                with torch.inference_mode():  # never held across the yield: the caller's mode stays its own
                     users = user_inputs(model, torch.from_numpy(data.users[rows]).to(dev))
-                    yield rows, model.score_next(data.inputs[rows, -width:].to(dev), **users).float()
+                    scores = model.score_next(data.inputs[rows, -width:].to(dev), **users).float()
+                yield rows, scores
         finally:
             model.train(was_training)
 
