@@ -37,12 +37,23 @@ def default_results_path() -> Path:
     return project_root() / "results" / "runs.csv"
 
 
+#: paths whose uncommitted changes do not make a checkout "dirty": the results the runner itself appends
+#: and the prose generated from them (a run started while another run's row is not yet committed still ran
+#: committed code)
+NOT_CODE = (":(exclude)results", ":(exclude)*.md")
+
+
 def git_commit() -> str:
-    """Short commit hash of the checkout, with ``-dirty`` when tracked files have uncommitted changes."""
+    """Short commit hash of the checkout, with ``-dirty`` when tracked files other than results and Markdown
+    (:data:`NOT_CODE`) have uncommitted changes."""
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=10"], cwd=project_root(),
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
+        head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=project_root(),
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown"
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *NOT_CODE],
+                                 cwd=project_root(), capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if changed.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 

@@ -1,0 +1,35 @@
+"""git_commit: results appended by a run (and Markdown) never make the recorded commit 'dirty'; code does."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tutorial_lib.experiments import results
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+
+
+def _git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                   env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin:/usr/local/bin"})
+
+
+def test_only_code_changes_make_the_commit_dirty(tmp_path, monkeypatch):
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "runs.csv").write_text("model\n")
+    (tmp_path / "README.md").write_text("# r\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "init")
+    monkeypatch.setattr(results, "project_root", lambda: tmp_path)
+    clean = results.git_commit()
+    assert len(clean) == 10 and not clean.endswith("-dirty")
+    (tmp_path / "results" / "runs.csv").write_text("model\nsasrec\n")
+    (tmp_path / "README.md").write_text("# r\n\nnew table\n")
+    assert results.git_commit() == clean
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert results.git_commit() == clean + "-dirty"
