@@ -15,15 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from tutorial_lib.experiments.results import provenance_lines
+from tutorial_lib.experiments.results import publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training.optimizer import make_adam
-from tutorial_lib.utils import atomic_write_text
 
 #: catalogue sizes of the registry's datasets (data/README.md): ML-1M, Beauty (S3-Rec), Video Games
 CATALOGUES = {"ml-1m": 3416, "beauty": 12101, "video": 23715}
@@ -66,11 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} ({n_items:,} items) | {n_params:,} | "
                      + " | ".join(f"{ms[i]:.2f}" for i in IMPLEMENTATIONS) + f" | {ms['loop'] / ms['fused']:.1f}x |")
         print(lines[-1], flush=True)
-    lines += ["", *provenance_lines()]
-    table = "\n".join(lines)
-    print("\n" + table)
-    if args.out:
-        atomic_write_text(Path(args.out), table + "\n")
+    publish_table(lines, args.out)
     return 0
 
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 
 from tutorial_lib.data import leave_one_out, load_dataset, make_synthetic
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.evaluation.diagnostics import last_item_diagnosis
-from tutorial_lib.experiments.results import git_commit, provenance_lines
+from tutorial_lib.experiments.results import git_commit, publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
-from tutorial_lib.utils import atomic_write_text, seed_everything
+from tutorial_lib.utils import seed_everything
 
 MODELS = ("sasrec", "sasrec-untied")
 COLUMNS = ("last_item_median_rank", "last_item_in_top10", "target_is_last_item", "ndcg@10", "ndcg@10_without_last")
@@ -65,11 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
                      f"{d['ndcg@10_without_last']:.4f} | {seconds:.1f} |")
         print(lines[-1], flush=True)
-    lines += ["", *provenance_lines(commit=commit)]
-    table = "\n".join(lines)
-    print("\n" + table)
-    if args.out:
-        atomic_write_text(Path(args.out), table + "\n")
+    publish_table(lines, args.out, commit=commit)
     return 0
 
 

@@ -17,7 +17,6 @@ import argparse
 import math
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,10 +25,10 @@ import torch.nn.functional as F
 from tutorial_lib.data import leave_one_out, left_pad, load_dataset, make_synthetic
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.evaluation import Evaluator
-from tutorial_lib.experiments.results import git_commit, provenance_lines
+from tutorial_lib.experiments.results import git_commit, publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
-from tutorial_lib.utils import atomic_write_text, seed_everything
+from tutorial_lib.utils import seed_everything
 
 
 def plain_epoch(model: torch.nn.Module, split: LeaveOneOutSplit, opt: torch.optim.Optimizer, batch_size: int,
@@ -137,11 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         lines.append(f"| {r['variant']} | {r['s_per_epoch']:.1f} | {ref / r['s_per_epoch']:.2f}x | "
                      f"{r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
-    lines += ["", *provenance_lines(commit=commit)]
-    table = "\n".join(lines)
-    print("\n" + table)
-    if args.out:
-        atomic_write_text(Path(args.out), table + "\n")
+    publish_table(lines, args.out, commit=commit)
     return 0
 
 

@@ -58,6 +58,16 @@ def git_commit() -> str:
         return "unknown"
 
 
+def publish_table(lines: list[str], out: str | Path | None = None, commit: str | None = None,
+                  device: torch.device | None = None) -> str:
+    """A benchmark's Markdown table with its provenance footer: printed, and written atomically to ``out``."""
+    table = "\n".join([*lines, "", *provenance_lines(device, commit)])
+    print("\n" + table)
+    if out:
+        atomic_write_text(Path(out), table + "\n")
+    return table
+
+
 def hardware_description(device: torch.device) -> str:
     """E.g. ``"cpu: Intel Xeon ... x2 threads"`` or ``"cuda: NVIDIA H100"``."""
     if device.type == "cuda":
@@ -174,5 +184,5 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description", "provenance_lines",
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description", "provenance_lines", "publish_table",
            "default_results_path", "now_iso", "project_root"]
