@@ -17,7 +17,7 @@ import sys
 import time
 
 
-from tutorial_lib.data import leave_one_out, load_dataset, make_synthetic
+from tutorial_lib.data import leave_one_out, load_or_synthetic
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.evaluation.diagnostics import last_item_diagnosis
 from tutorial_lib.experiments.results import git_commit, publish_table
@@ -38,11 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
     commit = git_commit()  # the code that runs, even if the checkout changes while it trains
-    try:
-        data = load_dataset(args.dataset)
-    except Exception as exc:  # offline fallback keeps the benchmark runnable anywhere
-        print(f"[{args.dataset} unavailable: {exc}; using synthetic data]", file=sys.stderr)
-        data = make_synthetic(n_users=1000, n_items=500, max_len=100)
+    data = load_or_synthetic(args.dataset, n_users=1000, n_items=500, max_len=100)
     split = leave_one_out(data)
     evaluator = Evaluator(split, args.max_len)
     lines = [f"Repeat diagnosis on {data.name}, test users, full ranking with the history kept; each model trained "

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tutorial_lib.data import leave_one_out, left_pad, load_dataset, make_synthetic
+from tutorial_lib.data import leave_one_out, left_pad, load_or_synthetic
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.experiments.results import git_commit, publish_table
@@ -113,11 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
     commit = git_commit()  # the code that runs, even if the checkout changes while it trains
-    try:
-        data = load_dataset(args.dataset)
-    except Exception as exc:  # offline fallback keeps the benchmark runnable anywhere
-        print(f"[{args.dataset} unavailable: {exc}; using synthetic data]", file=sys.stderr)
-        data = make_synthetic(n_users=2000, n_items=1000, max_len=200)
+    data = load_or_synthetic(args.dataset, n_users=2000, n_items=1000, max_len=200)
     split = leave_one_out(data)
     rows = []
     for name in args.variants:

@@ -199,3 +199,11 @@ def test_status_table_with_data():
     assert r.available and r.file_stats.items == 1_682 and r.processed_stats.items == 1_349
     line = next(x for x in format_dataset_table(list(rows.values())).splitlines() if x.startswith("ml-100k"))
     assert line.split()[1:5] == ["yes", "943", "1,349", "99,287"]
+
+
+def test_load_or_synthetic_falls_back_and_says_why(capsys):
+    from tutorial_lib.data import load_or_synthetic
+
+    data = load_or_synthetic("no-such-dataset", n_users=30, n_items=20, max_len=10)
+    assert data.name == "synthetic" and len(data.sequences) == 30
+    assert "no-such-dataset unavailable" in capsys.readouterr().err
