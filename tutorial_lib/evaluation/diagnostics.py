@@ -41,7 +41,6 @@ def last_item_diagnosis(evaluator: Evaluator, model: nn.Module, stage: str = "te
     last_ranks, full_ranks, without_ranks, repeats = [], [], [], []
     for rows, scores in evaluator.batch_scores(model, stage):
         dev = scores.device
-        scores[:, 0] = float("-inf")
         target = data.targets[rows].to(dev)
         last = data.inputs[rows, -1].to(dev)          # left padding: the last column is the most recent item
         has_last = last.ne(0)

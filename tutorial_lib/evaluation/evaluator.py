@@ -114,8 +114,9 @@ class Evaluator:
     def batch_scores(self, model: nn.Module, stage: str = "valid", device: str | torch.device | None = None
                      ) -> Iterator[tuple[slice, torch.Tensor]]:
         """Yield ``(rows, scores)`` per batch of evaluated users: ``rows`` indexes ``stage_data(stage)``,
-        ``scores`` ``(B, n_items + 1)`` are the model's next-item scores (float32, on ``device``) for the
-        batch's inputs, computed in inference mode (so a caller that edits them in place must run in
+        ``scores`` ``(B, n_items + 1)`` are the model's next-item scores (float32, on ``device``; the padding
+        column 0 set to ``-inf``) for the batch's inputs, computed in inference mode (so a caller that edits
+        them in place must run in
         ``torch.inference_mode()`` too). The model is in evaluation mode until the generator is exhausted.
         """
         data = self.stage_data(stage)
@@ -129,6 +130,7 @@ class Evaluator:
                 with torch.inference_mode():  # never held across the yield: the caller's mode stays its own
                     users = user_inputs(model, torch.from_numpy(data.users[rows]).to(dev))
                     scores = model.score_next(data.inputs[rows, -width:].to(dev), **users).float()
+                    scores[:, 0] = float("-inf")  # padding is never a candidate, whatever the model scores it
                 yield rows, scores
         finally:
             model.train(was_training)
@@ -146,7 +148,6 @@ class Evaluator:
                 cand = data.candidates[rows].to(scores.device)
                 r = rank_of_target(scores.gather(1, cand), torch.zeros_like(target))
             else:
-                scores[:, 0] = float("-inf")  # padding is never a candidate, whatever the model scores it
                 excluded = self._history_mask(data, rows.start, scores.shape, scores.device)
                 r = rank_of_target(scores, target, excluded)
             out.append(r.cpu())
@@ -155,7 +156,7 @@ class Evaluator:
     def _history_mask(self, data: StageData, start: int, shape: torch.Size, dev: torch.device
                       ) -> torch.Tensor | None:
         """``(B, n_items + 1)`` bool marking padding and history items for ``full-nohist``, else ``None``
-        (the padding column is removed from the ranking by :meth:`ranks` in every protocol)."""
+        (the padding column is already ``-inf`` in :meth:`batch_scores`, in every protocol)."""
         if not self.protocol.exclude_history:
             return None
         B = shape[0]
