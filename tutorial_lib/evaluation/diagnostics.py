@@ -5,7 +5,8 @@ item just read, so that item tends to score high as its own successor. On data w
 item twice (MovieLens: one rating per film), that wastes a top slot. :func:`last_item_diagnosis` measures it
 on the full-ranking protocol:
 
-* ``last_item_median_rank``: median (the lower middle value for an even count) 1-based rank of the most recent input item among all items;
+* ``last_item_median_rank``: median (the lower middle value for an even count) 1-based rank of the most
+  recent input item among all items;
 * ``last_item_in_top10``: share of users whose most recent input item is in their top 10;
 * ``target_is_last_item``: share of users whose held-out item *is* their most recent input item (a
   true repeat; 0 on MovieLens);
