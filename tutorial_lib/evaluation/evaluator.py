@@ -116,7 +116,8 @@ class Evaluator:
         """Yield ``(rows, scores)`` per batch of evaluated users: ``rows`` indexes ``stage_data(stage)``,
         ``scores`` ``(B, n_items + 1)`` are the model's next-item scores (float32, on ``device``; the padding
         column 0 set to ``-inf``) for the batch's inputs, computed in inference mode (so a caller that edits
-        them in place must run in ``torch.inference_mode()`` too). The model is in evaluation mode until the generator is exhausted.
+        them in place must run in ``torch.inference_mode()`` too). The model is in evaluation mode until the
+        generator is exhausted.
         """
         data = self.stage_data(stage)
         dev = resolve_device(device) if device is not None else model_device(model)

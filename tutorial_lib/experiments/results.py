@@ -184,5 +184,6 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description", "provenance_lines", "publish_table",
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description",
+           "provenance_lines", "publish_table",
            "default_results_path", "now_iso", "project_root"]

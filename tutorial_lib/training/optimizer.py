@@ -2,8 +2,8 @@
 
 PyTorch's default Adam updates one parameter tensor at a time. Its ``fused`` kernel (CPU and CUDA) does the
 whole update in one pass. On this course's 2-core CPU it made an Adam step of SASRec 3-17x faster, depending on
-the catalogue size and the load (``benchmarks/optimizer_step.py``, ``results/benchmarks/optimizer_step.md``). The update is the
-same algorithm; results agree with the default implementation to float32 rounding (tested).
+the catalogue size and the load (``benchmarks/optimizer_step.py``, ``results/benchmarks/optimizer_step.md``).
+The update is the same algorithm; results agree with the default implementation to float32 rounding (tested).
 """
 from __future__ import annotations
 
