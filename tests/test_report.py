@@ -72,3 +72,23 @@ def test_replace_section_requires_markers():
 
 def test_project_root_has_readme():
     assert (project_root() / "README.md").exists()
+
+
+def test_locker_table_compares_each_encoder_with_its_own_backbone_and_the_paper(tmp_path):
+    path = tmp_path / "runs.csv"
+    base = {**ROW, "dataset": "beauty-locker", "protocol": "full-nohist", "loss": "sampled-ce"}
+    append_run({**base, "hr@20": 0.05, "ndcg@20": 0.020, "run_id": "a"}, path)
+    append_run({**base, "model": "locker-conv", "hr@20": 0.055, "ndcg@20": 0.025, "run_id": "b"}, path)
+    append_run({**base, "model": "locker-conv", "loss": "ce", "hr@20": 0.9, "ndcg@20": 0.9, "run_id": "c"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    table = report.locker_table(runs)
+    lines = {line.split(" | ")[2] + "/" + line.split(" | ")[1]: line for line in table.splitlines()[2:]}
+    assert "| +10.0% / +25.0% | bert4rec-locker-conv | 0.0661 | 0.0297 | +22.2% / +24.8% |" in lines["locker-conv/sampled-ce"]
+    assert "| 0.0500 | 0.0200 | backbone | bert4rec | 0.0541 | 0.0238 | backbone |" in lines["sasrec/sampled-ce"]
+    assert "| not run | — | — / — |" in lines["locker-adapt/sampled-ce"]
+    assert "| not run | — | backbone |" in lines["sasrec/ce"]           # the CE block has no backbone run,
+    assert "| 0.9000 | 0.9000 | — / — |" in lines["locker-conv/ce"]     # so no change is claimed
+    card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r for r in report.scorecard_rows(runs)}
+    sasrec = card[("Locker", "sasrec", "beauty-locker", "hr@20")]   # the paper does not say how SASRec was trained
+    assert sasrec["ours"] == 0.05 and "ours trained with sampled-ce" in sasrec["reason"]
+    assert report.locker_table([]) == "" and "Locker's local encoders" in report.render_section(path)

@@ -23,13 +23,16 @@ import re
 import sys
 from pathlib import Path
 
-from .published import PUBLISHED, Published
+from .published import PUBLISHED, Published, published
 from .run import ExperimentSpec
 from .results import default_results_path, project_root, read_runs
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 HEADLINE = "full"
 METRICS = ("hr@5", "ndcg@5", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
+#: our losses in the order the scorecard prefers them for a published cell whose paper does not say
+LOSS_PREFERENCE = ("ce", "sampled-ce", "bce")
+LOCKER_ENCODERS = ("rnn", "conv", "win", "initial", "adapt")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -144,12 +147,17 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
     for rec in records:
         if rec.dataset is None:
             continue
-        loss = rec.loss if rec.loss in ("ce", "bce") else "ce"
-        ours = by_protocol[rec.protocol].get((method_label(rec.model, loss), rec.dataset), [])
+        # a paper that does not say how its model was trained ("") is matched by our run under any loss
+        losses = (rec.loss,) if rec.loss in ("ce", "bce") else LOSS_PREFERENCE if rec.loss == "" else ("ce",)
+        found = [(loss, rs) for loss in losses
+                 if (rs := by_protocol[rec.protocol].get((method_label(rec.model, loss), rec.dataset)))]
+        loss, ours = found[0] if found else (losses[0], [])
         mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
         reasons = []
         if not ours:
             reasons.append("not run yet")
+        elif loss != "ce" and rec.loss == "":
+            reasons.append(f"ours trained with {loss}")
         elif math.isnan(mean):
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
         if not rec.same_data:
@@ -175,6 +183,45 @@ def scorecard_table(runs: list[dict], only_run: bool = False) -> str:
         diff = "—" if math.isnan(r["diff"]) else f"{r['diff']:+.4f} ({r['diff'] / r['published']:+.0%})"
         lines.append(f"| {r['paper']} ({r['table']}) | {r['model']} | {r['dataset']} | {r['protocol']} | {r['metric']} "
                      f"| {r['published']:.4f} | {ours} | {diff} | {r['reason']} |")
+    return "\n".join(lines)
+
+
+def _relative(value: float, base: float) -> str:
+    return "—" if math.isnan(value) or math.isnan(base) or base == 0 else f"{value / base - 1:+.1%}"
+
+
+def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
+    """Each Locker encoder beside its own causal backbone (SASRec trained with the same loss), next to Locker's
+    Table 1 (whose encoders sit on BERT4Rec): HR@20 / NDCG@20, and each model's change over its backbone.
+
+    One block per dataset and loss with at least one ``locker-*`` run; mean over seeds, ``[n]`` seeds when
+    not 1. Returns ``""`` when no Locker variant has been run.
+    """
+    groups = grouped(runs, protocol)
+    paper = {(r.dataset, r.model, r.metric): r.value for r in published(paper="Locker", table="1")}
+    blocks = sorted({(d, r.get("loss") or "") for (label, d), rs in groups.items() for r in rs[:1]
+                     if r["model"].startswith("locker-") and label == method_label(r["model"], r.get("loss") or "")})
+    if not blocks:
+        return ""
+    lines = ["| dataset | loss | model | HR@20 | NDCG@20 | change over our SASRec | Locker: model | HR@20 | NDCG@20 "
+             "| change over BERT4Rec |", "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    for dataset, loss in blocks:
+        def ours(model: str) -> tuple[float, float, int]:
+            rs = groups.get((method_label(model, loss), dataset), [])
+            return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
+
+        base_hr, base_nd, _ = ours("sasrec")
+        ref_hr, ref_nd = (paper.get((dataset, "bert4rec", m), math.nan) for m in ("hr@20", "ndcg@20"))
+        for model, theirs in (("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)):
+            hr, nd, n = ours(model)
+            p_hr, p_nd = (paper.get((dataset, theirs, m), math.nan) for m in ("hr@20", "ndcg@20"))
+            seeds = f" [{n}]" if n > 1 else ""
+            mine = ("not run", "—") if n == 0 else (f"{hr:.4f}{seeds}", f"{nd:.4f}{seeds}")
+            change = "backbone" if model == "sasrec" else f"{_relative(hr, base_hr)} / {_relative(nd, base_nd)}"
+            p_change = "backbone" if model == "sasrec" else f"{_relative(p_hr, ref_hr)} / {_relative(p_nd, ref_nd)}"
+            p_cells = ["—", "—"] if math.isnan(p_hr) else [f"{p_hr:.4f}", f"{p_nd:.4f}"]
+            lines.append(f"| {dataset} | {loss} | {model} | {mine[0]} | {mine[1]} | {change} | {theirs} | "
+                         f"{' | '.join(p_cells)} | {p_change} |")
     return "\n".join(lines)
 
 
@@ -205,8 +252,18 @@ def render_section(results: Path | None = None) -> str:
         "**Reproduction scorecard** (published cells we have run, under each paper's protocol; the full "
         "scorecard, other protocols and every run with its command are in [results/README.md](results/README.md)):",
         scorecard_table(runs, only_run=True),
+        *_locker_section(runs),
     ])
     return f"{START}\n{body}\n{END}"
+
+
+def _locker_section(runs: list[dict]) -> list[str]:
+    table = locker_table(runs)
+    if not table:
+        return []
+    return ["**Locker's local encoders against their backbone** (`full-nohist`: full ranking with the user's "
+            "history removed, Locker's protocol; ours are causal SASRec-backbone models, the paper's sit on "
+            "BERT4Rec; changes are HR@20 / NDCG@20 relative to each side's own backbone):", table]
 
 
 def render_results_readme(results: Path | None = None) -> str:
@@ -237,6 +294,8 @@ def render_results_readme(results: Path | None = None) -> str:
               "(mean over the seeds run, [n] = seeds). Cells of datasets we do not have (SASRec's Beauty, "
               "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
               "`tutorial_lib/experiments/published.py`.", "", scorecard_table(runs),
+              *(["", "## Locker's encoders against their backbone", "", "\n\n".join(_locker_section(runs))]
+                if locker_table(runs) else []),
               "", "## Every run", "", runs_table(rows), ""]
     return "\n".join(parts)
 
