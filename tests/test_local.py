@@ -118,17 +118,22 @@ def test_initial_and_adapt_give_positions_to_global_heads_only():
         assert not torch.allclose(qc[:, 0], q[:, 0]) and torch.allclose(qc[:, 1], q[:, 1])
 
 
-def test_adaptive_bias_matches_the_two_layer_mlp():
-    att = _layer("adapt")
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("compat", [False, True])
+def test_adaptive_bias_matches_the_predictor_applied_to_every_pair(causal, compat):
+    att = _layer("adapt", causal=causal, compat=compat)
     x, ids = torch.randn(B, L, D), _ids()
     x0 = torch.randn(B, L, D)
-    ctx = _ctx(ids, x0=x0)
+    ctx = _ctx(ids, causal=causal, x0=x0)
     v = split_heads(att.in_proj(x).chunk(3, dim=-1)[2], M)[:, :1] * ids.ne(0)[:, None, :, None]
     got = att._adaptive_bias(v, ctx)[:, 0]
-    user = att.user_proj(fism_user_vectors(x0, ids.ne(0), causal=True))      # (B, L, dh)
+    user = att.user_proj(fism_user_vectors(x0, ids.ne(0), causal=causal))    # (B, L, dh)
     idx = torch.arange(L)[:, None] - torch.arange(L)[None, :] + L - 1
     inp = v[:, 0][:, :, None] + v[:, 0][:, None, :] + user[:, :, None] + att.distance_embedding[0][idx][None]
-    ref = att.predictor[0](inp).squeeze(-1)
+    ref = att.predictor[0](inp).squeeze(-1)                                  # the MLP on the (B, L, L, dh) input
+    if causal and not compat:                        # future pairs are masked later and not computed: only b2
+        torch.testing.assert_close(got.triu(1), att.predictor[0][2].bias.expand_as(got).triu(1))
+        got, ref = got.tril(), ref.tril()
     torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
 
 

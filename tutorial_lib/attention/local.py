@@ -41,6 +41,7 @@ from torch import nn
 from ..errors import ConfigError
 from .base import Attention, SequenceContext, merge_heads, split_heads
 from .dot_product import naive_attention
+from .pairwise_bias import pairwise_mlp_bias
 
 ENCODERS = ("rnn", "conv", "win", "initial", "adapt")
 #: encoders whose local heads take no position embedding (positions go to the global heads)
@@ -223,8 +224,10 @@ class LocalAttention(Attention):
     def _adaptive_bias(self, v: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         """``(B, M_l, L, L)`` predicted bias ``pred(V_i + V_j + W_u v_u + b_{i-j})``.
 
-        The first layer of the predictor is linear, so it is applied to each term separately and the
-        ``(B, L, L, hidden)`` sum is formed once (instead of the ``(B, L, L, dh)`` input).
+        The first layer of the predictor is linear, so it is applied to each term separately; the
+        ``(B, L, L, hidden)`` hidden layer is then formed block by block and never stored
+        (:func:`~tutorial_lib.attention.pairwise_bias.pairwise_mlp_bias`). On the causal backbone the
+        future entries (masked afterwards anyway) are not computed.
         """
         B, ml, L, dh = v.shape
         x0 = ctx.extras.get("input_embeddings")
@@ -235,14 +238,14 @@ class LocalAttention(Attention):
         out = []
         for m, pred in enumerate(self.predictor):
             first = pred if self.compat else pred[0]
-            vm = first(v[:, m])                                                 # (B, L, h): the V_i / V_j terms
-            um = first(user[:, :, m]) - first.bias                              # bias counted once, in vm
-            dm = dist[m] @ first.weight.t()                                      # (L, L, h)
-            h = vm[:, :, None] + vm[:, None, :] - first.bias + um[:, :, None] + dm[None]
-            if self.compat:
-                out.append(h.squeeze(-1))
-            else:
-                out.append(pred[2](torch.relu(h)).squeeze(-1))
+            rows = first(v[:, m]) + user[:, :, m] @ first.weight.t()           # (B, L, h): V_i, v_u, bias
+            cols = v[:, m] @ first.weight.t()                                   # (B, L, h): V_j
+            dm = dist[m] @ first.weight.t()                                      # (L, L, h): b_{i-j}
+            if self.compat:                                                      # linear predictor, h = 1
+                out.append((rows[:, :, None] + cols[:, None, :] + dm[None]).squeeze(-1))
+            else:                  # the (B, L, L, h) hidden layer in row blocks (pairwise_bias.py: 10x faster)
+                second = pred[2]
+                out.append(pairwise_mlp_bias(rows, cols, dm, second.weight[0], causal=ctx.causal) + second.bias)
         return torch.stack(out, dim=1)
 
     def _rnn(self, v: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
