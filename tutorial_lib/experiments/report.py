@@ -212,7 +212,8 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
 
         base_hr, base_nd, _ = ours("sasrec")
         ref_hr, ref_nd = (paper.get((dataset, "bert4rec", m), math.nan) for m in ("hr@20", "ndcg@20"))
-        for model, theirs in (("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)):
+        pairs = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
+        for model, theirs in pairs:
             hr, nd, n = ours(model)
             p_hr, p_nd = (paper.get((dataset, theirs, m), math.nan) for m in ("hr@20", "ndcg@20"))
             seeds = f" [{n}]" if n > 1 else ""
