@@ -1,4 +1,5 @@
-"""git_commit: results appended by a run (and Markdown) never make the recorded commit 'dirty'; code does."""
+"""git_commit: results appended by a run (and Markdown) never make the recorded commit 'dirty'; code does.
+process_commit: a long-running process records the commit it started from, not commits made while it runs."""
 from __future__ import annotations
 
 import shutil
@@ -33,3 +34,17 @@ def test_only_code_changes_make_the_commit_dirty(tmp_path, monkeypatch):
     assert results.git_commit() == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert results.git_commit() == clean + "-dirty"
+
+
+def test_a_process_records_the_commit_it_started_from(tmp_path, monkeypatch):
+    (tmp_path / "code.py").write_text("x = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "first")
+    monkeypatch.setattr(results, "project_root", lambda: tmp_path)
+    monkeypatch.setattr(results, "_PROCESS_COMMIT", None)
+    first = results.process_commit()
+    (tmp_path / "code.py").write_text("x = 2\n")
+    _git(tmp_path, "commit", "-qam", "second")                 # committed while the process trains
+    assert results.git_commit() != first
+    assert results.process_commit() == first

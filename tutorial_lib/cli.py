@@ -124,8 +124,10 @@ def _model_options(args: argparse.Namespace) -> dict:
 
 def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.benchmark import parse_datasets, parse_models, plan, run_benchmark, status, summary
-    from .experiments.results import default_results_path, project_root
+    from .experiments.results import default_results_path, process_commit, project_root
     from .experiments.run import ExperimentSpec
+
+    process_commit()  # pinned now: every row of this invocation records the code it imported
 
     base = ExperimentSpec(protocol=args.protocol, also_protocols=tuple(args.also_protocols), epochs=args.epochs, patience=args.patience,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
@@ -167,8 +169,11 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
-    from .experiments.results import append_run, curve_path, default_results_path, project_root, write_curve
+    from .experiments.results import (append_run, curve_path, default_results_path, process_commit, project_root,
+                                      write_curve)
     from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
+
+    process_commit()  # pinned before training starts
 
     options = _model_options(args)
     epochs = args.epochs if args.epochs is not None else (30 if args.dataset == SYNTHETIC else 200)

@@ -58,6 +58,22 @@ def git_commit() -> str:
         return "unknown"
 
 
+_PROCESS_COMMIT: str | None = None
+
+
+def process_commit() -> str:
+    """:func:`git_commit` as it was when this process first asked: the code a long-running process imported.
+
+    A benchmark invocation imports the library once and then trains for hours; commits made meanwhile do
+    not change the code it runs, so every row it writes records the commit of its start (the CLI pins it
+    before the first run).
+    """
+    global _PROCESS_COMMIT
+    if _PROCESS_COMMIT is None:
+        _PROCESS_COMMIT = git_commit()
+    return _PROCESS_COMMIT
+
+
 def publish_table(lines: list[str], out: str | Path | None = None, commit: str | None = None,
                   device: torch.device | None = None) -> str:
     """A benchmark's Markdown table with its provenance footer: printed, and written atomically to ``out``."""
@@ -184,6 +200,7 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "hardware_description",
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "process_commit",
+           "hardware_description",
            "provenance_lines", "publish_table",
            "default_results_path", "now_iso", "project_root"]

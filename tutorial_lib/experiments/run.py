@@ -18,7 +18,7 @@ from ..training import TrainConfig, Trainer, TrainResult
 from ..utils.seeding import seed_everything
 from ..models.registry import get_model_entry
 from .presets import dataset_defaults, method_preset
-from .results import git_commit, hardware_description, now_iso
+from .results import hardware_description, now_iso, process_commit
 
 SYNTHETIC = "synthetic"
 EVAL_SEED = 0
@@ -138,7 +138,7 @@ class ExperimentResult:
             "mrr": t["mrr"], "best_epoch": self.train.best_epoch, "epochs": self.train.epochs_run,
             "train_seconds": round(self.train.train_seconds, 1),
             "seconds_per_epoch": round(self.train.seconds_per_epoch, 2),
-            "device": self.device.type, "torch": torch.__version__, "commit": self.commit or git_commit(), "command": command,
+            "device": self.device.type, "torch": torch.__version__, "commit": self.commit or process_commit(), "command": command,
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
             "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
             "options": " ".join(f"{k}={v}" for k, v in sorted(s.resolved_model_options().items())),
@@ -148,7 +148,7 @@ class ExperimentResult:
 
 def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None) -> ExperimentResult:
     """Train ``spec.model`` on ``spec.dataset`` with early stopping on validation; evaluate on test."""
-    commit = git_commit()  # the code that runs is the code at the start
+    commit = process_commit()  # the code that runs is the code this process imported
     data = dataset if dataset is not None else load_data(spec)
     split = leave_one_out(data)
     max_len = spec.resolved_max_len()
