@@ -238,8 +238,8 @@ class LocalAttention(Attention):
         out = []
         for m, pred in enumerate(self.predictor):
             first = pred if self.compat else pred[0]
-            rows = first(v[:, m]) + user[:, :, m] @ first.weight.t()           # (B, L, h): V_i, v_u, bias
             cols = v[:, m] @ first.weight.t()                                   # (B, L, h): V_j
+            rows = cols + first(user[:, :, m])                                  # (B, L, h): V_i, v_u, bias
             dm = dist[m] @ first.weight.t()                                      # (L, L, h): b_{i-j}
             if self.compat:                                                      # linear predictor, h = 1
                 out.append((rows[:, :, None] + cols[:, None, :] + dm[None]).squeeze(-1))

@@ -156,10 +156,10 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         reasons = []
         if not ours:
             reasons.append("not run yet")
-        elif loss != "ce" and rec.loss == "":
-            reasons.append(f"ours trained with {loss}")
         elif math.isnan(mean):
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
+        if ours and loss != "ce" and rec.loss == "":
+            reasons.append(f"ours trained with {loss}")
         if not rec.same_data:
             reasons.append("different dataset version")
         if rec.note:
@@ -199,22 +199,26 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
     """
     groups = grouped(runs, protocol)
     paper = {(r.dataset, r.model, r.metric): r.value for r in published(paper="Locker", table="1")}
-    blocks = sorted({(d, r.get("loss") or "") for (label, d), rs in groups.items() for r in rs[:1]
-                     if r["model"].startswith("locker-") and label == method_label(r["model"], r.get("loss") or "")})
+    blocks = set()
+    for label, dataset in groups:
+        model, loss = groups[(label, dataset)][0]["model"], groups[(label, dataset)][0].get("loss") or ""
+        if model.startswith("locker-") and label == method_label(model, loss):   # default max_len only
+            blocks.add((dataset, loss))
     if not blocks:
         return ""
+
+    def ours(model: str, dataset: str, loss: str) -> tuple[float, float, int]:
+        rs = groups.get((method_label(model, loss), dataset), [])
+        return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
+
     lines = ["| dataset | loss | model | HR@20 | NDCG@20 | change over our SASRec | Locker: model | HR@20 | NDCG@20 "
              "| change over BERT4Rec |", "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
-    for dataset, loss in blocks:
-        def ours(model: str) -> tuple[float, float, int]:
-            rs = groups.get((method_label(model, loss), dataset), [])
-            return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
-
-        base_hr, base_nd, _ = ours("sasrec")
+    pairs = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
+    for dataset, loss in sorted(blocks):
+        base_hr, base_nd, _ = ours("sasrec", dataset, loss)
         ref_hr, ref_nd = (paper.get((dataset, "bert4rec", m), math.nan) for m in ("hr@20", "ndcg@20"))
-        pairs = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
         for model, theirs in pairs:
-            hr, nd, n = ours(model)
+            hr, nd, n = ours(model, dataset, loss)
             p_hr, p_nd = (paper.get((dataset, theirs, m), math.nan) for m in ("hr@20", "ndcg@20"))
             seeds = f" [{n}]" if n > 1 else ""
             mine = ("not run", "—") if n == 0 else (f"{hr:.4f}{seeds}", f"{nd:.4f}{seeds}")
@@ -272,6 +276,7 @@ def render_results_readme(results: Path | None = None) -> str:
     rows = read_runs(path)
     runs = latest_runs(rows)
     protocols = sorted({r["protocol"] for r in runs} - {HEADLINE})
+    locker = _locker_section(runs)
     parts = [
         "# Results",
         "",
@@ -295,8 +300,7 @@ def render_results_readme(results: Path | None = None) -> str:
               "(mean over the seeds run, [n] = seeds). Cells of datasets we do not have (SASRec's Beauty, "
               "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
               "`tutorial_lib/experiments/published.py`.", "", scorecard_table(runs),
-              *(["", "## Locker's encoders against their backbone", "", "\n\n".join(_locker_section(runs))]
-                if locker_table(runs) else []),
+              *(["", "## Locker's encoders against their backbone", "", "\n\n".join(locker)] if locker else []),
               "", "## Every run", "", runs_table(rows), ""]
     return "\n".join(parts)
 
