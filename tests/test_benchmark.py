@@ -31,6 +31,13 @@ def test_plan_covers_models_datasets_and_seeds():
     assert len(specs) == 12 * 6 * 2
     assert len({s.run_id() for s in specs}) == len(specs)
     assert bm.parse_models(["sasrec@bce", "fparec"], "ce") == [("sasrec", "bce"), ("fparec", "ce")]
+    sampled = bm.parse_models(["all"], "sampled-ce")
+    assert ("sasrec", "bce") in sampled and ("sasrec", "sampled-ce") in sampled and len(sampled) == 12
+    assert len(bm.parse_models(["all"], "bce")) == 11  # SASRec with BCE once
+    base = ExperimentSpec(loss="sampled-ce", n_negatives=1024)
+    negatives = {(s.model, s.loss): s.n_negatives for s in bm.plan(sampled, ["beauty"], [42], base)}
+    assert negatives[("sasrec", "sampled-ce")] == 1024 and negatives[("sasrec", "bce")] is None
+    assert bm.plan([("sasrec", "bce")], ["beauty"], [42], ExperimentSpec(n_negatives=5))[0].n_negatives == 5
     with pytest.raises(UnknownNameError, match="sasrec"):
         bm.parse_models(["sasrek"], "ce")
 

@@ -90,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also rank each selected model's test users under these protocols (one more row each)")
     bm.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"],
                     help="loss of the models given without @loss")
-    bm.add_argument("--negatives", type=int, default=None)
+    bm.add_argument("--negatives", type=int, default=None,
+                    help="negatives of the models trained with --loss (bce: per position, default 1; sampled-ce: "
+                         "per batch, default 256); a model given with another @loss keeps its loss's default")
     bm.add_argument("--epochs", type=int, default=200)
     bm.add_argument("--patience", type=int, default=10)
     bm.add_argument("--eval-every", type=int, default=1)
@@ -129,7 +131,7 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
 
     process_commit()  # pinned now: every row of this invocation records the code it imported
 
-    base = ExperimentSpec(protocol=args.protocol, also_protocols=tuple(args.also_protocols), epochs=args.epochs, patience=args.patience,
+    base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols), epochs=args.epochs, patience=args.patience,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, device=args.device,
                           progress=False if args.quiet else None, model_options=_model_options(args))

@@ -38,9 +38,14 @@ BENCHMARK_DATASETS: tuple[str, ...] = ("ml-1m", "beauty", "sports", "toys", "yel
 
 
 def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str]]:
-    """``["all"]`` or ``["sasrec", "sasrec@bce", ...]`` -> ``[(model, loss), ...]`` (names checked)."""
+    """``["all"]`` or ``["sasrec", "sasrec@bce", ...]`` -> ``[(model, loss), ...]`` (names checked).
+
+    With ``"all"``, ``default_loss`` replaces the CE of :data:`BENCHMARK_MODELS` (``--loss sampled-ce`` trains
+    every method with sampled softmax on the sparse datasets); SASRec with BCE keeps BCE.
+    """
     if list(names) == ["all"]:
-        return list(BENCHMARK_MODELS)
+        chosen = [(m, default_loss if loss == "ce" else loss) for m, loss in BENCHMARK_MODELS]
+        return list(dict.fromkeys(chosen))
     out = []
     for name in names:
         model, _, loss = name.lower().partition("@")
@@ -66,14 +71,20 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
     """One spec per (dataset, model, seed), datasets outermost (a dataset is loaded once per invocation).
 
     ``base.model_options`` go to every model that has the option (``d_model`` to all, ``k`` to FPARec only).
+    ``base.n_negatives`` goes to the models trained with ``base.loss`` (or to all when they share one loss):
+    ``--loss sampled-ce --negatives 1024`` must not give SASRec with BCE 1,024 negatives per position.
     """
     base = base or ExperimentSpec()
+    one_loss = len({loss for _, loss in models}) == 1
 
     def options(model: str) -> dict:
         valid = get_model_entry(model).options()
         return {k: v for k, v in base.model_options.items() if k in valid}
 
-    return [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m))
+    def negatives(loss: str) -> int | None:
+        return base.n_negatives if one_loss or loss == base.loss else None
+
+    return [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m), n_negatives=negatives(loss))
             for d in datasets for m, loss in models for s in seeds]
 
 
