@@ -93,3 +93,24 @@ def test_locker_table_compares_each_encoder_with_its_own_backbone_and_the_paper(
     sasrec = card[("Locker", "sasrec", "beauty-locker", "hr@20")]   # the paper does not say how SASRec was trained
     assert sasrec["ours"] == 0.05 and "ours trained with sampled-ce" in sasrec["reason"]
     assert report.locker_table([]) == "" and "Locker's local encoders" in report.render_section(path)
+
+
+def test_sampled_softmax_runs_share_their_methods_row_and_are_compared_with_full_ce(tmp_path):
+    path = tmp_path / "runs.csv"
+    sampled = {**ROW, "dataset": "beauty", "loss": "sampled-ce", "training": "epochs=200 n_negatives=1024"}
+    append_run({**sampled, "ndcg@10": 0.030, "hr@10": 0.05, "seconds_per_epoch": 8.0, "run_id": "a"}, path)
+    append_run({**sampled, "model": "fparec", "ndcg@10": 0.028, "run_id": "b"}, path)
+    append_run({**ROW, "dataset": "beauty", "training": "epochs=200", "ndcg@10": 0.032, "hr@10": 0.055,
+                "seconds_per_epoch": 40.0, "run_id": "c"}, path)                       # SASRec with full CE too
+    append_run({**ROW, "ndcg@10": 0.1, "run_id": "d"}, path)                            # ML-1M: CE only
+    runs = report.latest_runs(report.read_runs(path))
+    groups, marked = report.benchmark_groups(runs, "full")
+    assert set(groups) == {("sasrec", "beauty"), ("fparec", "beauty"), ("sasrec", "ml-1m")}
+    assert groups[("sasrec", "beauty")][0]["loss"] == "sampled-ce"   # beauty's methods mostly used sampled softmax
+    assert marked == {("sasrec", "beauty"), ("fparec", "beauty")}
+    table = report.main_table(runs)
+    assert "| sasrec | **0.0300 [1]†** | **0.1000 [1]** |" in table and "1,024 shared uniform negatives" in table
+    comparison = report.loss_comparison_table(runs)
+    assert comparison.count("\n| sasrec | beauty | 1,024 |") == 1 and "0.0320 | 0.0300 | -6.2%" in comparison
+    assert "40.0 / 8.0" in comparison and "fparec" not in comparison
+    assert "Sampled softmax against full cross-entropy" in report.render_results_readme(path)

@@ -114,7 +114,7 @@ def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path) ->
 
 def summary(statuses: Sequence[RunStatus]) -> str:
     """A progress table: one line per run, then the counts and the training time spent so far."""
-    lines = [f"{'dataset':14s} {'model':16s} {'loss':5s} {'seed':>4s}  {'state':8s} {'HR@10':>7s} {'NDCG@10':>8s}"
+    lines = [f"{'dataset':14s} {'model':16s} {'loss':10s} {'seed':>4s}  {'state':8s} {'HR@10':>7s} {'NDCG@10':>8s}"
              f" {'s/epoch':>8s}"]
     spent = 0.0
 
@@ -128,7 +128,7 @@ def summary(statuses: Sequence[RunStatus]) -> str:
         s, r = st.spec, st.row or {}
         if r:
             spent += float(r.get("train_seconds") or 0.0)
-        lines.append(f"{s.dataset:14s} {s.model:16s} {s.loss:5s} {s.seed:4d}  {st.state:8s} "
+        lines.append(f"{s.dataset:14s} {s.model:16s} {s.loss:10s} {s.seed:4d}  {st.state:8s} "
                      f"{num(r, 'hr@10', '.4f'):>7s} {num(r, 'ndcg@10', '.4f'):>8s} {num(r, 'seconds_per_epoch', '.1f'):>8s}")
     counts = {k: sum(st.state == k for st in statuses) for k in ("done", "partial", "pending")}
     lines.append(f"{len(statuses)} runs: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending; "
