@@ -114,3 +114,17 @@ def test_sampled_softmax_runs_share_their_methods_row_and_are_compared_with_full
     assert comparison.count("\n| sasrec | beauty | 1,024 |") == 1 and "0.0320 | 0.0300 | -6.2%" in comparison
     assert "40.0 / 8.0" in comparison and "fparec" not in comparison
     assert "Sampled softmax against full cross-entropy" in report.render_results_readme(path)
+
+
+def test_benchmark_progress_counts_the_cells_run_and_estimates_the_rest_from_the_dataset_s_runs(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "train_seconds": 3600.0, "run_id": "a"}, path)
+    append_run({**ROW, "seed": 2, "train_seconds": 7200.0, "run_id": "b"}, path)
+    append_run({**ROW, "model": "fparec", "train_seconds": 1800.0, "run_id": "c"}, path)
+    append_run({**ROW, "dataset": "beauty", "loss": "sampled-ce", "train_seconds": 360.0, "run_id": "d"}, path)
+    table = report.benchmark_progress(report.latest_runs(report.read_runs(path)))
+    # ML-1M: 2 of 12 methods, 3 runs, 3.5 h; the 10 others at the median run (1 h)
+    assert "| ml-1m | 2 / 12 | 3 | 3.5 | 10.0 |" in table
+    assert "| beauty | 1 / 12 | 1 | 0.1 | 1.1 |" in table        # sampled softmax counts as the method's CE run
+    assert "| sports | 0 / 12 | 0 | 0.0 | 9.0 |" in table         # no run yet: the median of all runs (0.75 h)
+    assert "| **all** | 3 / 72 | 4 |" in table

@@ -305,6 +305,49 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
     return "\n".join(lines)
 
 
+def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
+    """How much of the complete benchmark (every method of ``BENCHMARK_MODELS`` on every dataset of
+    ``BENCHMARK_DATASETS``, at least one seed) has run, the training time it took, and an estimate of the rest
+    from the finished runs of each dataset (their median; the overall median where a dataset has none)."""
+    from .benchmark import BENCHMARK_DATASETS, BENCHMARK_MODELS
+
+    groups, _ = benchmark_groups(runs, protocol)
+    lines = ["| dataset | methods run | runs (seeds) | training hours so far | estimated hours for the rest (1 seed) |",
+             "|---|---:|---:|---:|---:|"]
+    per_dataset: dict[str, tuple[list[float], int]] = {}
+    for dataset in BENCHMARK_DATASETS:
+        times, missing = [], 0
+        for model, loss in BENCHMARK_MODELS:
+            rs = groups.get((method_label(model, loss), dataset), [])
+            times += [r["train_seconds"] for r in rs if not math.isnan(r["train_seconds"])]
+            missing += not rs
+        per_dataset[dataset] = (times, missing)
+    everything = sorted(t for times, _ in per_dataset.values() for t in times)
+    total_done = total_left = 0.0
+    done_cells = 0
+    for dataset, (times, missing) in per_dataset.items():
+        typical = _median(times) if times else _median(everything)
+        left = missing * typical / 3600
+        done = len(BENCHMARK_MODELS) - missing
+        done_cells += done
+        total_done += sum(times) / 3600
+        total_left += left
+        lines.append(f"| {dataset} | {done} / {len(BENCHMARK_MODELS)} | {len(times)} | {sum(times) / 3600:.1f} | "
+                     f"{'—' if math.isnan(left) else f'{left:.1f}'} |")
+    cells = len(BENCHMARK_MODELS) * len(BENCHMARK_DATASETS)
+    lines.append(f"| **all** | {done_cells} / {cells} | {len(everything)} | {total_done:.1f} | "
+                 f"{'—' if math.isnan(total_left) else f'{total_left:.1f}'} |")
+    return "\n".join(lines)
+
+
+def _median(values: list[float]) -> float:
+    vals = sorted(values)
+    if not vals:
+        return math.nan
+    mid = len(vals) // 2
+    return vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+
+
 def runs_table(rows: list[dict[str, str]]) -> str:
     """Every row of the results file, with its provenance."""
     if not rows:
@@ -330,12 +373,19 @@ def render_section(results: Path | None = None) -> str:
     body = "\n\n".join([
         main_table(runs),
         *_loss_section(runs),
+        *_progress_section(runs),
         "**Reproduction scorecard** (published cells we have run, under each paper's protocol; the full "
         "scorecard, other protocols and every run with its command are in [results/README.md](results/README.md)):",
         scorecard_table(runs, only_run=True),
         *_locker_section(runs),
     ])
     return f"{START}\n{body}\n{END}"
+
+
+def _progress_section(runs: list[dict]) -> list[str]:
+    return ["**How far the complete benchmark is** (every method of the main table's list on every dataset; one "
+            "CPU core per run on this machine's 2-core AMD EPYC; epoch time only, the validation passes come on top; "
+            "the estimate is the median finished run of the dataset):", benchmark_progress(runs)]
 
 
 def _loss_section(runs: list[dict]) -> list[str]:
@@ -377,6 +427,7 @@ def render_results_readme(results: Path | None = None) -> str:
         "",
         main_table(runs),
         *(["", "\n\n".join(loss)] if (loss := _loss_section(runs)) else []),
+        "", "\n\n".join(_progress_section(runs)),
     ]
     for protocol in protocols:
         parts += ["", f"## Protocol `{protocol}`", "", main_table(runs, protocol)]
