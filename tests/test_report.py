@@ -44,8 +44,9 @@ def test_a_shorter_sequence_length_is_its_own_method_and_never_replaces_the_defa
     append_run({**ROW, "model": "rksa", "max_len": 50, "ndcg@10": 0.06, "run_id": "c"}, path)       # rksa's preset
     runs = report.latest_runs(report.read_runs(path))
     assert [report.run_label(r) for r in runs] == ["sasrec", "sasrec (L=50)", "rksa"]
-    table = report.main_table(runs)
-    assert "| sasrec | **0.1500 [1]** |" in table and "| sasrec (L=50) | 0.0500 [1] |" in table
+    table, others = report.main_table(runs), report.main_table(runs, variants=True)
+    assert "| sasrec | **0.1500 [1]** |" in table and "L=50" not in table
+    assert "| sasrec (L=50) | **0.0500 [1]** |" in others and "| sasrec |" not in others
     card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r for r in report.scorecard_rows(runs)}
     assert card[("FPARec", "sasrec", "ml-1m", "ndcg@10")]["ours"] == 0.15                  # the default-length run
     assert report.run_label({**ROW, "loss": "bce", "max_len": "50"}) == "sasrec (bce, L=50)"
@@ -109,7 +110,7 @@ def test_sampled_softmax_runs_share_their_methods_row_and_are_compared_with_full
     assert groups[("sasrec", "beauty")][0]["loss"] == "sampled-ce"   # beauty's methods mostly used sampled softmax
     assert marked == {("sasrec", "beauty"), ("fparec", "beauty")}
     table = report.main_table(runs)
-    assert "| sasrec | **0.0300 [1]†** | **0.1000 [1]** |" in table and "1,024 shared uniform negatives" in table
+    assert "| sasrec | **0.0300 [1]‡** | **0.1000 [1]** |" in table and "1,024 shared uniform negatives" in table
     comparison = report.loss_comparison_table(runs)
     assert comparison.count("\n| sasrec | beauty | 1,024 |") == 1 and "0.0320 | 0.0300 | -6.2%" in comparison
     assert "40.0 / 8.0" in comparison and "fparec" not in comparison
@@ -128,3 +129,24 @@ def test_benchmark_progress_counts_the_cells_run_and_estimates_the_rest_from_the
     assert "| beauty | 1 / 12 | 1 | 0.1 | 1.1 |" in table        # sampled softmax counts as the method's CE run
     assert "| sports | 0 / 12 | 0 | 0.0 | 9.0 |" in table         # no run yet: the median of all runs (0.75 h)
     assert "| **all** | 3 / 72 | 4 |" in table
+
+
+def test_model_options_other_than_the_presets_name_their_own_configuration_and_reach_the_paper_s_cells(tmp_path):
+    one_head = {**ROW, "dataset": "video", "loss": "bce", "protocol": "sampled100", "max_len": 50}
+    assert report.run_label({**one_head, "options": "dropout=0.5 n_heads=1"}) == "sasrec (bce, n_heads=1)"
+    assert report.run_label({**one_head, "options": "dropout=0.5"}) == "sasrec (bce)"       # the presets
+    assert report.run_label({**one_head, "options": ""}) == "sasrec (bce)"                  # not recorded
+    assert report.run_label({**one_head, "model": "rksa", "options": "dropout=0.5 n_heads=1"}) == "rksa (bce)"
+    path = tmp_path / "runs.csv"
+    append_run({**one_head, "options": "dropout=0.5 n_heads=1", "hr@10": 0.72, "date": "2026-01-01", "run_id": "a"},
+               path)
+    append_run({**one_head, "options": "dropout=0.5", "hr@10": 0.70, "date": "2026-02-01", "run_id": "b"}, path)
+    card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r
+            for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))}
+    assert card[("RKSA", "sasrec", "video", "hr@10")]["ours"] == 0.72        # the paper's one head, not the newer run
+    append_run({**ROW, "dataset": "beauty", "loss": "sampled-ce", "hr@10": 0.08, "options": "dropout=0.5",
+                "run_id": "c"}, path)
+    card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r
+            for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))}
+    fp = card[("FPARec", "sasrec", "beauty", "hr@10")]
+    assert fp["ours"] == 0.08 and "ours trained with sampled-ce" in fp["reason"]

@@ -60,22 +60,35 @@ def method_label(model: str, loss: str) -> str:
 
 
 def run_label(run: dict) -> str:
-    """:func:`method_label` of a results row, with ``L=<max_len>`` added when the run used another sequence
-    length than the presets give the model on that dataset (so that, say, SASRec at 50 on ML-1M for the
-    RKSA comparison never replaces SASRec at the default 200 in the tables)."""
+    """:func:`method_label` of a results row, with what the run changed from the presets of the model on that
+    dataset: ``L=<max_len>`` and each model option set otherwise (``"sasrec (bce, n_heads=1)"``). So a run in
+    another paper's setting (SASRec at 50 on ML-1M for the RKSA comparison, one head) is its own method and
+    never replaces the default configuration in the tables."""
     label = method_label(run["model"], run.get("loss") or "")
-    try:
-        used = int(float(run.get("max_len") or ""))
-    except ValueError:
-        return label
     spec = ExperimentSpec(model=run["model"], dataset=run["dataset"])
     try:
-        default = spec.resolved_max_len()
+        default_len, preset = spec.resolved_max_len(), spec.resolved_model_options()
     except (KeyError, ValueError):  # a model or dataset this version no longer knows
         return label
-    if used == default:
+    changes = []
+    try:
+        used = int(float(run.get("max_len") or ""))
+        if used != default_len:
+            changes.append(f"L={used}")
+    except ValueError:
+        pass
+    ran = dict(kv.split("=", 1) for kv in (run.get("options") or "").split() if "=" in kv)
+    preset_text = {k: str(v) for k, v in preset.items()}  # an option a row does not record is not a change
+    changes += [f"{k}={v}" for k, v in sorted(ran.items()) if v != preset_text.get(k)]
+    if not changes:
         return label
-    return f"{label[:-1]}, L={used})" if label.endswith(")") else f"{label} (L={used})"
+    return f"{label[:-1]}, {', '.join(changes)})" if label.endswith(")") else f"{label} ({', '.join(changes)})"
+
+
+def is_variant(label: str, run: dict) -> bool:
+    """Whether ``label`` (of ``run``) names a configuration other than the presets (see :func:`run_label`)."""
+    loss = run.get("loss") or ""
+    return label not in (method_label(run["model"], loss), method_label(run["model"], "ce"))
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -109,7 +122,7 @@ def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]
 
 
 SAMPLED = "sampled-ce"
-SAMPLED_MARK = "†"
+SAMPLED_MARK = "‡"
 
 
 def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, str], list[dict]], set]:
@@ -144,13 +157,27 @@ def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, s
 
 
 # ----------------------------------------------------------------------------- tables
-def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, ...] = ("ndcg@10", "hr@10")) -> str:
+def _method_order(labels: set[str]) -> list[str]:
+    """The complete benchmark's order (SASRec first, then each chapter's methods), other labels after it."""
+    from .benchmark import BENCHMARK_MODELS
+
+    known = [method_label(m, loss) for m, loss in BENCHMARK_MODELS]
+    rank = {label: i for i, label in enumerate(known)}
+    return sorted(labels, key=lambda m: (rank.get(m, len(known)), m.split()[0] != "sasrec", m))
+
+
+def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, ...] = ("ndcg@10", "hr@10"),
+               variants: bool = False) -> str:
     """Methods x datasets, ``mean ± std`` of each metric over seeds, best mean per dataset in bold; cells
-    trained with sampled softmax instead of full CE carry a dagger (see :func:`benchmark_groups`)."""
+    trained with sampled softmax instead of full CE carry a dagger (see :func:`benchmark_groups`).
+
+    Only the presets' configurations, or with ``variants=True`` only the others (another sequence length or
+    model options; see :func:`run_label`)."""
     groups, sampled = benchmark_groups(runs, protocol)
+    groups = {k: rs for k, rs in groups.items() if is_variant(k[0], rs[0]) == variants}
     if not groups:
-        return f"_No {protocol} runs recorded yet._"
-    methods = sorted({m for m, _ in groups}, key=lambda m: (m.split()[0] != "sasrec", m))
+        return f"_No {protocol} runs {'in other configurations ' if variants else ''}recorded yet._"
+    methods = _method_order({m for m, _ in groups})
     datasets = sorted({d for _, d in groups})
     lines = []
     for metric in metrics:
@@ -173,8 +200,8 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
                 cells.append(f"**{text}**" if mean == best[d] else text)
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
-    if sampled:
-        negatives = sorted({_negatives(r) for key in sampled for r in groups[key]} - {""})
+    if sampled & set(groups):
+        negatives = sorted({_negatives(r) for key in sampled & set(groups) for r in groups[key]} - {""})
         lines.append(f"{SAMPLED_MARK} trained with sampled softmax ({' / '.join(negatives) or 'N'} shared uniform "
                      "negatives per batch) instead of full cross-entropy.")
     return "\n".join(lines).rstrip()
@@ -222,10 +249,12 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
     for rec in records:
         if rec.dataset is None:
             continue
-        # a paper that does not say how its model was trained ("") is matched by our run under any loss
-        losses = (rec.loss,) if rec.loss in ("ce", "bce") else LOSS_PREFERENCE if rec.loss == "" else ("ce",)
-        found = [(loss, rs) for loss in losses
-                 if (rs := by_protocol[rec.protocol].get((method_label(rec.model, loss), rec.dataset)))]
+        # a paper that does not say how its model was trained ("") is matched by our run under any loss; a CE
+        # cell also by sampled softmax (the benchmark's loss on the sparse data), noted below
+        losses = {"ce": ("ce", SAMPLED), "bce": ("bce",), "": LOSS_PREFERENCE}.get(rec.loss, ("ce",))
+        labels = [(loss, label) for loss in losses for label in (_paper_label(rec, loss), method_label(rec.model, loss))]
+        found = [(loss, rs) for loss, label in dict.fromkeys(labels)
+                 if (rs := by_protocol[rec.protocol].get((label, rec.dataset)))]
         loss, ours = found[0] if found else (losses[0], [])
         mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
         reasons = []
@@ -233,7 +262,7 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
             reasons.append("not run yet")
         elif math.isnan(mean):
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
-        if ours and loss != "ce" and rec.loss == "":
+        if ours and loss != (rec.loss or "ce"):
             reasons.append(f"ours trained with {loss}")
         if not rec.same_data:
             reasons.append("different dataset version")
@@ -243,6 +272,19 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
                     "protocol": rec.protocol, "metric": rec.metric, "published": rec.value, "ours": mean,
                     "seeds": len(ours), "diff": mean - rec.value, "reason": "; ".join(reasons)})
     return out
+
+
+def _paper_label(rec: Published, loss: str) -> str:
+    """The label our run in the paper's setting (``rec.options`` over the presets) has; see :func:`run_label`."""
+    if not rec.options or rec.dataset is None:
+        return method_label(rec.model, loss)
+    spec = ExperimentSpec(model=rec.model, dataset=rec.dataset)
+    try:
+        options = {**spec.resolved_model_options(), **dict(rec.options)}
+    except (KeyError, ValueError):
+        return method_label(rec.model, loss)
+    return run_label({"model": rec.model, "dataset": rec.dataset, "loss": loss,
+                      "options": " ".join(f"{k}={v}" for k, v in sorted(options.items()))})
 
 
 def scorecard_table(runs: list[dict], only_run: bool = False) -> str:
@@ -426,6 +468,13 @@ def render_results_readme(results: Path | None = None) -> str:
         "selected by validation NDCG@10 with early stopping.",
         "",
         main_table(runs),
+        "",
+        "## Other configurations",
+        "",
+        "Runs whose sequence length or model options differ from the presets (another paper's setting, or an "
+        "ablation), labelled with what they changed; the headline protocol.",
+        "",
+        main_table(runs, variants=True),
         *(["", "\n\n".join(loss)] if (loss := _loss_section(runs)) else []),
         "", "\n\n".join(_progress_section(runs)),
     ]
