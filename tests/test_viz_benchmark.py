@@ -28,7 +28,8 @@ def _row(model="sasrec", dataset="ml-1m", seed=42, ndcg=0.10, loss="ce", protoco
     row = {"model": model, "dataset": dataset, "protocol": protocol, "loss": loss, "seed": seed, "hr@10": 2 * ndcg,
            "ndcg@10": ndcg, "hr@20": 3 * ndcg, "ndcg@20": 1.2 * ndcg, "mrr": 0.8 * ndcg, "best_epoch": epochs - 2,
            "epochs": epochs, "train_seconds": seconds, "seconds_per_epoch": seconds / epochs, "device": "cpu",
-           "command": "python -m tutorial_lib benchmark", "max_len": 200 if dataset.startswith("ml") else 50, "options": f"dropout={0.2 if dataset.startswith('ml') else 0.5}",
+           "command": "python -m tutorial_lib benchmark", "max_len": 200 if dataset.startswith("ml") else 50,
+           "options": f"dropout={0.2 if dataset.startswith('ml') else 0.5}",
            "training": training, "run_id": run_id or f"{model}{dataset}{loss}{protocol}{seed}{training}"[:40]}
     row.update(extra)
     return row

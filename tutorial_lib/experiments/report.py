@@ -229,7 +229,8 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
             cells.append(f"{ce:.4f} | {sm:.4f} | {_relative(sm, ce)}")
         speed = [_mean_std([r["seconds_per_epoch"] for r in rs])[0] for rs in (full, sampled)]
         total = [_mean_std([r["train_seconds"] for r in rs])[0] / 60 for rs in (full, sampled)]
-        epochs = [" / ".join(sorted({f"{r.get('best_epoch')}/{r.get('epochs')}" for r in rs})) for rs in (full, sampled)]
+        epochs = [" / ".join(sorted({f"{r.get('best_epoch')}/{r.get('epochs')}" for r in rs}))
+                  for rs in (full, sampled)]
         lines.append(f"| {run_label({**sampled[0], 'loss': 'ce'})} | {dataset} | {_negatives(sampled[0])} | "
                      f"{' | '.join(cells)} | {speed[0]:.1f} / {speed[1]:.1f} | {total[0]:.0f} / {total[1]:.0f} | "
                      f"{epochs[0]} / {epochs[1]} |")
@@ -252,7 +253,8 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         # a paper that does not say how its model was trained ("") is matched by our run under any loss; a CE
         # cell also by sampled softmax (the benchmark's loss on the sparse data), noted below
         losses = {"ce": ("ce", SAMPLED), "bce": ("bce",), "": LOSS_PREFERENCE}.get(rec.loss, ("ce",))
-        labels = [(loss, label) for loss in losses for label in (_paper_label(rec, loss), method_label(rec.model, loss))]
+        labels = [(loss, label) for loss in losses
+                  for label in (_paper_label(rec, loss), method_label(rec.model, loss))]
         found = [(loss, rs) for loss, label in dict.fromkeys(labels)
                  if (rs := by_protocol[rec.protocol].get((label, rec.dataset)))]
         loss, ours = found[0] if found else (losses[0], [])
