@@ -127,7 +127,7 @@ def test_benchmark_progress_counts_the_cells_run_and_estimates_the_rest_from_the
     # ML-1M: 2 of 12 methods, 3 runs, 3.5 h; the 10 others at the median run (1 h)
     assert "| ml-1m | 2 / 12 | 3 | 3.5 | 10.0 |" in table
     assert "| beauty | 1 / 12 | 1 | 0.1 | 1.1 |" in table        # sampled softmax counts as the method's CE run
-    assert "| sports | 0 / 12 | 0 | 0.0 | 9.0 |" in table         # no run yet: the median of all runs (0.75 h)
+    assert "| sports | 0 / 12 | 0 | 0.0 | 1.2 |" in table         # no run yet: the median of the sparse runs (0.1 h)
     assert "| **all** | 3 / 72 | 4 |" in table
 
 

@@ -352,8 +352,10 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
 def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
     """How much of the complete benchmark (every method of ``BENCHMARK_MODELS`` on every dataset of
     ``BENCHMARK_DATASETS``, at least one seed) has run, the training time it took, and an estimate of the rest
-    from the finished runs of each dataset (their median; the overall median where a dataset has none)."""
+    from the finished runs of each dataset (their median; where a dataset has none, the median of its group,
+    MovieLens or sparse, else of all runs)."""
     from .benchmark import BENCHMARK_DATASETS, BENCHMARK_MODELS
+    from .presets import dataset_group
 
     groups, _ = benchmark_groups(runs, protocol)
     lines = ["| dataset | methods run | runs (seeds) | training hours so far | estimated hours for the rest (1 seed) |",
@@ -367,10 +369,13 @@ def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
             missing += not rs
         per_dataset[dataset] = (times, missing)
     everything = sorted(t for times, _ in per_dataset.values() for t in times)
+    by_group: dict[str, list[float]] = {}
+    for dataset, (times, _) in per_dataset.items():
+        by_group.setdefault(dataset_group(dataset), []).extend(times)
     total_done = total_left = 0.0
     done_cells = 0
     for dataset, (times, missing) in per_dataset.items():
-        typical = _median(times) if times else _median(everything)
+        typical = _median(times or by_group[dataset_group(dataset)] or everything)
         left = missing * typical / 3600
         done = len(BENCHMARK_MODELS) - missing
         done_cells += done
@@ -429,7 +434,8 @@ def render_section(results: Path | None = None) -> str:
 def _progress_section(runs: list[dict]) -> list[str]:
     return ["**How far the complete benchmark is** (every method of the main table's list on every dataset; one "
             "CPU core per run on this machine's 2-core AMD EPYC; epoch time only, the validation passes come on top; "
-            "the estimate is the median finished run of the dataset):", benchmark_progress(runs)]
+            "the estimate is the median finished run of the dataset, or of the sparse datasets where it has none):",
+            benchmark_progress(runs)]
 
 
 def _loss_section(runs: list[dict]) -> list[str]:
