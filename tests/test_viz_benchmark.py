@@ -236,3 +236,17 @@ def test_figures_build(results):
     assert any("FPARec" in t.get_text() for t in ax.get_yticklabels())
     ax = vb.plot_scorecard([r for r in rows if not r["seeds"]])
     assert not ax.axison
+
+
+def test_sampled_softmax_runs_are_their_method_s_cells_as_in_the_readme(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run(_row("sasrec", dataset="beauty", ndcg=0.03, loss="sampled-ce"), path)
+    append_run(_row("fparec", dataset="beauty", ndcg=0.02, loss="sampled-ce"), path)
+    append_run(_row("sasrec", dataset="beauty", ndcg=0.04, loss="ce", date="2030-01-01T00:00:00Z"), path)  # newer
+    f = vb.runs_frame(path)
+    assert set(f["method"]) == {"sasrec", "fparec"}
+    chosen = f[f["current"]]
+    assert list(chosen["loss"]) == ["sampled-ce", "sampled-ce"]   # beauty's methods mostly used sampled softmax
+    table, _ = vb.main_table_frame(f, expected_seeds=1)
+    assert table.loc["sasrec", "beauty"] == "0.0300 ‡"
+    assert vb.missing_runs(f, [("sasrec", "ce")], ["beauty"], [42]) == []

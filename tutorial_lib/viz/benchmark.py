@@ -147,15 +147,17 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
     """One row per run (the latest row of every ``run_id``) as a pandas DataFrame.
 
     ``source`` is a results CSV path or a list of rows (as :func:`~tutorial_lib.experiments.results.read_runs`
-    returns them). Adds ``method`` (model, with the loss unless it is CE), ``config`` (everything that defines
-    the run except its seed: ``report.config_key``) and ``current`` (the run belongs to the most recent
-    configuration of its method, dataset and protocol; only those are averaged as seeds). Metrics and times
-    become floats, seeds and epochs integers. An empty or missing file gives an empty frame with the usual
-    columns.
+    returns them). Adds ``method`` (model, with the loss unless it is CE or sampled softmax, and what the run
+    changed from the presets: ``report.run_label``), ``sampled`` (trained with sampled softmax, counted as its
+    method's CE run as in the README), ``config`` (everything that defines the run except its seed:
+    ``report.config_key``) and ``current`` (the run is one the README's tables use: the most recent
+    configuration of its method, dataset and protocol, and, where a method has both, the loss most methods on
+    that dataset used; only those are averaged as seeds). Metrics and times become floats, seeds and epochs
+    integers. An empty or missing file gives an empty frame with the usual columns.
     """
     import pandas as pd
 
-    from ..experiments.report import config_key, latest_runs, run_label
+    from ..experiments.report import SAMPLED, benchmark_groups, config_key, latest_runs, run_label
     from ..experiments.results import RUN_COLUMNS, read_runs
 
     rows = read_runs(source) if isinstance(source, (str, Path)) else [dict(r) for r in source]
@@ -168,14 +170,14 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
     for col in _INTEGER:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
-    frame.insert(0, "method", [run_label(r) for r in runs])
-    latest = {}
-    for i, r in frame.iterrows():  # the most recent configuration of each (method, dataset, protocol)
-        key = (r["method"], r["dataset"], r["protocol"])
-        if key not in latest or r["date"] > frame.loc[latest[key], "date"]:  # ties: the first, as report.grouped
-            latest[key] = i
-    frame["current"] = pd.Series([r["config"] == frame.loc[latest[(r["method"], r["dataset"], r["protocol"])], "config"]
-                                  for _, r in frame.iterrows()], index=frame.index, dtype=bool)
+    sampled = [r.get("loss") == SAMPLED for r in runs]
+    frame.insert(0, "method", [run_label({**r, "loss": "ce"}) if s else run_label(r) for r, s in zip(runs, sampled)])
+    frame["sampled"] = pd.Series(sampled, index=frame.index, dtype=bool)
+    chosen = set()  # the README's choice of runs for each cell: report.benchmark_groups
+    for protocol in {r.get("protocol") for r in runs}:
+        groups, _ = benchmark_groups(runs, protocol)
+        chosen.update(id(r) for rs in groups.values() for r in rs)
+    frame["current"] = pd.Series([id(r) in chosen for r in runs], index=frame.index, dtype=bool)
     return frame.reset_index(drop=True)
 
 
@@ -229,8 +231,9 @@ def seed_summary(frame, metrics: Sequence[str] = ("ndcg@10", "hr@10"), protocol:
         for metric in metrics:
             mean, std, n = mean_std(g[metric].to_numpy(dtype=float))
             out.append({"method": method, "dataset": dataset, "protocol": protocol, "metric": metric, "mean": mean,
-                        "std": std, "n": n, "seeds": tuple(sorted(seeds)), "repeated_seed": len(seeds) != len(set(seeds))})
-    columns = ["method", "dataset", "protocol", "metric", "mean", "std", "n", "seeds", "repeated_seed"]
+                        "std": std, "n": n, "seeds": tuple(sorted(seeds)), "repeated_seed": len(seeds) != len(set(seeds)),
+                        "sampled": bool(g["sampled"].any()) if "sampled" in g else False})
+    columns = ["method", "dataset", "protocol", "metric", "mean", "std", "n", "seeds", "repeated_seed", "sampled"]
     return pd.DataFrame(out, columns=columns)
 
 
@@ -246,7 +249,7 @@ def _cell_text(mean: float, std: float, n: int, expected_n: int, flag: bool, dig
 def main_table_frame(frame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
                      digits: int = 4):
     """Methods x datasets of ``"mean ± std"`` strings (``[n]`` = runs when not ``expected_seeds``, ``†`` = a seed
-    occurs twice, ``—`` = no run; current configurations only). Returns ``(table, best)``: ``best`` is a boolean
+    occurs twice, ``‡`` = trained with sampled softmax, ``—`` = no run; current configurations only). Returns ``(table, best)``: ``best`` is a boolean
     frame of the same shape marking the highest mean of each dataset."""
     import pandas as pd
 
@@ -264,7 +267,7 @@ def main_table_frame(frame, metric: str = "ndcg@10", protocol: str = "full", exp
         for m in methods:
             r = by.get((m, d))
             table.loc[m, d] = "—" if r is None else _cell_text(r.mean, r.std, r.n, expected_seeds,
-                                                               r.repeated_seed, digits)
+                                                               r.repeated_seed, digits) + (" ‡" if r.sampled else "")
             best.loc[m, d] = m in means and means[m] == top
     return table, best
 
