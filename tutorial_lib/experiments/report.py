@@ -140,16 +140,12 @@ def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, s
         loss = rs[0].get("loss") or ""
         as_ce = run_label({**rs[0], "loss": "ce"}) if loss == SAMPLED else label
         folded.setdefault((as_ce, dataset), {})[loss] = rs
-    votes: dict[str, int] = {}
+    votes: dict[str, int] = {}  # per dataset: methods run with sampled softmax only minus those with CE only
     for (_, dataset), by_loss in folded.items():
-        if SAMPLED in by_loss or "ce" in by_loss:
-            votes[dataset] = votes.get(dataset, 0) + (1 if SAMPLED in by_loss and "ce" not in by_loss else
-                                                      -1 if "ce" in by_loss and SAMPLED not in by_loss else 0)
+        votes[dataset] = votes.get(dataset, 0) + (SAMPLED in by_loss) - ("ce" in by_loss)
     out, marked = {}, set()
-    for key, by_loss in folded.items():
-        prefer_sampled = votes.get(key[1], 0) > 0
-        loss = SAMPLED if SAMPLED in by_loss and (prefer_sampled or "ce" not in by_loss) else next(
-            loss for loss in by_loss if loss != SAMPLED or len(by_loss) == 1)
+    for key, by_loss in folded.items():  # one loss, or both CE and sampled softmax
+        loss = next(iter(by_loss)) if len(by_loss) == 1 else SAMPLED if votes[key[1]] > 0 else "ce"
         out[key] = by_loss[loss]
         if loss == SAMPLED:
             marked.add(key)
