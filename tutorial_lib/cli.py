@@ -131,7 +131,8 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
 
     process_commit()  # pinned now: every row of this invocation records the code it imported
 
-    base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols), epochs=args.epochs, patience=args.patience,
+    base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols),
+                          epochs=args.epochs, patience=args.patience,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, device=args.device,
                           progress=False if args.quiet else None, model_options=_model_options(args))

@@ -165,7 +165,7 @@ def _method_order(labels: set[str]) -> list[str]:
 def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, ...] = ("ndcg@10", "hr@10"),
                variants: bool = False) -> str:
     """Methods x datasets, ``mean ± std`` of each metric over seeds, best mean per dataset in bold; cells
-    trained with sampled softmax instead of full CE carry a dagger (see :func:`benchmark_groups`).
+    trained with sampled softmax instead of full CE carry a double dagger (see :func:`benchmark_groups`).
 
     Only the presets' configurations, or with ``variants=True`` only the others (another sequence length or
     model options; see :func:`run_label`)."""
@@ -364,7 +364,7 @@ def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
             times += [r["train_seconds"] for r in rs if not math.isnan(r["train_seconds"])]
             missing += not rs
         per_dataset[dataset] = (times, missing)
-    everything = sorted(t for times, _ in per_dataset.values() for t in times)
+    everything = [t for times, _ in per_dataset.values() for t in times]
     by_group: dict[str, list[float]] = {}
     for dataset, (times, _) in per_dataset.items():
         by_group.setdefault(dataset_group(dataset), []).extend(times)
