@@ -150,3 +150,18 @@ def test_model_options_other_than_the_presets_name_their_own_configuration_and_r
             for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))}
     fp = card[("FPARec", "sasrec", "beauty", "hr@10")]
     assert fp["ours"] == 0.08 and "ours trained with sampled-ce" in fp["reason"]
+
+
+def test_a_run_selected_on_another_protocol_yields_to_one_selected_on_this_protocol_and_is_marked(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "ndcg@10": 0.09, "training": "epochs=100", "date": "2026-01-01", "run_id": "a"}, path)
+    append_run({**ROW, "ndcg@10": 0.12, "training": "epochs=50 select=full-nohist", "date": "2026-02-01",
+                "run_id": "b"}, path)                                                     # newer, but chosen on nohist
+    append_run({**ROW, "model": "fparec", "ndcg@10": 0.10, "training": "epochs=50 select=full-nohist",
+                "run_id": "c"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    assert [r["run_id"] for r in report.grouped(runs, "full")[("sasrec", "ml-1m")]] == ["a"]
+    assert report.selected_on(runs[1]) == "full-nohist" and report.selected_on(runs[0]) == "full"
+    table = report.main_table(runs)
+    assert "| sasrec | 0.0900 [1] |" in table and "| fparec | **0.1000 [1]°** |" in table
+    assert "° weights selected on the validation of another protocol (`full-nohist`" in table

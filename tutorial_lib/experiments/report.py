@@ -108,21 +108,30 @@ def config_key(run: dict) -> str:
     return " | ".join([run.get("max_len", ""), run.get("options", ""), command])
 
 
+def selected_on(run: dict) -> str:
+    """The protocol whose validation chose the run's weights: its own, unless the row is one of a run's
+    ``--also-protocols`` rows (``select=<protocol>`` in ``training``)."""
+    found = re.search(r"\bselect=(\S+)", run.get("training") or "")
+    return found.group(1) if found else run.get("protocol", "")
+
+
 def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]]:
     """Runs of ``protocol`` grouped by (method label, dataset); when a method was run on a dataset with
-    several configurations, only the seeds of the most recent configuration are kept."""
+    several configurations, only the seeds of one are kept: the most recent of those selected on this
+    protocol's validation, else the most recent of those selected on another protocol's."""
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         if r.get("protocol") == protocol:
             out.setdefault((run_label(r), r["dataset"]), []).append(r)
     for key, rs in out.items():
-        latest = max(rs, key=lambda r: r.get("date", ""))
-        out[key] = [r for r in rs if config_key(r) == config_key(latest)]
+        chosen = max(rs, key=lambda r: (selected_on(r) == protocol, r.get("date", "")))
+        out[key] = [r for r in rs if config_key(r) == config_key(chosen)]
     return out
 
 
 SAMPLED = "sampled-ce"
 SAMPLED_MARK = "‡"
+OTHER_SELECTION_MARK = "°"
 
 
 def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, str], list[dict]], set]:
@@ -168,7 +177,8 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
     trained with sampled softmax instead of full CE carry a double dagger (see :func:`benchmark_groups`).
 
     Only the presets' configurations, or with ``variants=True`` only the others (another sequence length or
-    model options; see :func:`run_label`)."""
+    model options; see :func:`run_label`). Cells whose weights were selected on another protocol's
+    validation (a run's ``--also-protocols`` rows, used only where no run was selected on this one) get a °."""
     groups, sampled = benchmark_groups(runs, protocol)
     groups = {k: rs for k, rs in groups.items() if is_variant(k[0], rs[0]) == variants}
     if not groups:
@@ -193,11 +203,18 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
                 if len(rs) != 3:
                     text += f" [{len(rs)}]"
                 text += SAMPLED_MARK if (m, d) in sampled else ""
+                text += OTHER_SELECTION_MARK if any(selected_on(r) != protocol for r in rs) else ""
                 cells.append(f"**{text}**" if mean == best[d] else text)
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
+    other = sorted({selected_on(r) for rs in groups.values() for r in rs} - {protocol})
+    if other:
+        lines.append(f"{OTHER_SELECTION_MARK} weights selected on the validation of another protocol "
+                     f"({', '.join(f'`{p}`' for p in other)}: the run was made for that protocol's comparison) and "
+                     "ranked under this one.")
     if sampled & set(groups):
         negatives = sorted({_negatives(r) for key in sampled & set(groups) for r in groups[key]} - {""})
+        lines += [""] if other else []
         lines.append(f"{SAMPLED_MARK} trained with sampled softmax ({' / '.join(negatives) or 'N'} shared uniform "
                      "negatives per batch) instead of full cross-entropy.")
     return "\n".join(lines).rstrip()
