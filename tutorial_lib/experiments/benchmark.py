@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -178,19 +177,5 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
     return status(specs, results, checkpoints)
 
 
-def estimate_hours(statuses: Sequence[RunStatus]) -> float:
-    """Rough remaining training time from the finished runs' mean time per run on the same dataset."""
-    per_dataset: dict[str, list[float]] = {}
-    for st in statuses:
-        if st.row:
-            per_dataset.setdefault(st.spec.dataset, []).append(float(st.row.get("train_seconds") or 0.0))
-    left = 0.0
-    for st in statuses:
-        if st.state != "done":
-            times = per_dataset.get(st.spec.dataset)
-            left += sum(times) / len(times) if times else math.nan
-    return left / 3600
-
-
 __all__ = ["BENCHMARK_MODELS", "BENCHMARK_DATASETS", "parse_models", "parse_datasets", "plan", "status", "summary",
-           "run_benchmark", "RunStatus", "estimate_hours"]
+           "run_benchmark", "RunStatus"]
