@@ -94,6 +94,16 @@ def test_locker_table_compares_each_encoder_with_its_own_backbone_and_the_paper(
     sasrec = card[("Locker", "sasrec", "beauty-locker", "hr@20")]   # the paper does not say how SASRec was trained
     assert sasrec["ours"] == 0.05 and "ours trained with sampled-ce" in sasrec["reason"]
     assert report.locker_table([]) == "" and "Locker's local encoders" in report.render_section(path)
+    summary = {line.split(" | ")[0] + line.split(" | ")[1]: line for line in report.locker_summary(runs).splitlines()
+               if line.count(" | ") > 2}
+    assert ("| 1 | 0.0500 / 0.0200 | not run | +10.0% / +25.0% | not run | not run | not run |"
+            in summary["| beauty-lockerour SASRec (sampled-ce)"])
+    assert "| 0.0541 / 0.0238 | +5.0% / +8.4% | +22.2% / +24.8% |" in summary["| beauty-lockerpaper: BERT4Rec"]
+    assert "| 1 | not run | not run | — / — |" in summary["| beauty-lockerour SASRec (ce)"]  # no backbone,
+    # so no change is claimed
+    assert "°" not in report.locker_summary(runs)
+    append_run({**base, "model": "locker-win", "training": "epochs=5 select=full", "run_id": "d"}, path)
+    assert "| beauty-locker° |" in report.locker_summary(report.latest_runs(report.read_runs(path)))
 
 
 def test_sampled_softmax_runs_share_their_methods_row_and_are_compared_with_full_ce(tmp_path):

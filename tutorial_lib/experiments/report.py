@@ -21,6 +21,7 @@ import argparse
 import math
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from .published import PUBLISHED, Published, published
@@ -249,8 +250,8 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
                      f"{epochs[0]} / {epochs[1]} |")
     if not lines:
         return ""
-    head = ["| method | dataset | negatives | HR@10 CE | HR@10 sampled | change | NDCG@10 CE | NDCG@10 sampled | change "
-            "| s/epoch CE / sampled | training min CE / sampled | best epoch / epochs CE / sampled |",
+    head = ["| method | dataset | negatives | HR@10 CE | HR@10 sampled | change | NDCG@10 CE | NDCG@10 sampled "
+            "| change | s/epoch CE / sampled | training min CE / sampled | best epoch / epochs CE / sampled |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     return "\n".join(head + lines)
 
@@ -322,6 +323,48 @@ def _relative(value: float, base: float) -> str:
     return "—" if math.isnan(value) or math.isnan(base) or base == 0 else f"{value / base - 1:+.1%}"
 
 
+LOCKER_PAIRS = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
+
+
+@dataclass
+class _LockerData:
+    """What both Locker tables read: our blocks (dataset, loss), our means, Locker's Table 1, the marks."""
+
+    groups: dict[tuple[str, str], list[dict]]
+    blocks: list[tuple[str, str]]
+    paper: dict[tuple[str, str, str], float]
+    marks: dict[str, str]
+
+    def ours(self, model: str, dataset: str, loss: str) -> tuple[float, float, int]:
+        """Mean HR@20 and NDCG@20 over the seeds of ``model``, and the number of seeds."""
+        rs = self.groups.get((method_label(model, loss), dataset), [])
+        return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
+
+    def theirs(self, dataset: str, model: str) -> tuple[float, float]:
+        return tuple(self.paper.get((dataset, model, m), math.nan) for m in ("hr@20", "ndcg@20"))
+
+    def note(self) -> list[str]:
+        if not any(self.marks.values()):
+            return []
+        return ["", f"{OTHER_SELECTION_MARK} runs of the complete benchmark: weights selected on the validation of "
+                "the headline protocol (`full`) and ranked here with the history removed."]
+
+
+def _locker_data(runs: list[dict], protocol: str) -> _LockerData:
+    groups = grouped(runs, protocol)
+    paper = {(r.dataset, r.model, r.metric): r.value for r in published(paper="Locker", table="1")}
+    blocks = set()
+    for (label, dataset), rs in groups.items():
+        model, loss = rs[0]["model"], rs[0].get("loss") or ""
+        if model.startswith("locker-") and label == method_label(model, loss):   # the presets' configuration only
+            blocks.add((dataset, loss))
+    shown = {(method_label(m, loss), d): groups.get((method_label(m, loss), d), []) for d, loss in blocks
+             for m, _ in LOCKER_PAIRS}
+    marks = {d: OTHER_SELECTION_MARK if any(selected_on(r) != protocol for (_, dd), rs in shown.items() if dd == d
+                                             for r in rs) else "" for d, _ in blocks}
+    return _LockerData(groups, sorted(blocks), paper, marks)
+
+
 def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
     """Each Locker encoder beside its own causal backbone (SASRec trained with the same loss), next to Locker's
     Table 1 (whose encoders sit on BERT4Rec): HR@20 / NDCG@20, and each model's change over its backbone.
@@ -329,37 +372,53 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
     One block per dataset and loss with at least one ``locker-*`` run; mean over seeds, ``[n]`` seeds when
     not 1. Returns ``""`` when no Locker variant has been run.
     """
-    groups = grouped(runs, protocol)
-    paper = {(r.dataset, r.model, r.metric): r.value for r in published(paper="Locker", table="1")}
-    blocks = set()
-    for label, dataset in groups:
-        model, loss = groups[(label, dataset)][0]["model"], groups[(label, dataset)][0].get("loss") or ""
-        if model.startswith("locker-") and label == method_label(model, loss):   # default max_len only
-            blocks.add((dataset, loss))
-    if not blocks:
+    data = _locker_data(runs, protocol)
+    if not data.blocks:
         return ""
-
-    def ours(model: str, dataset: str, loss: str) -> tuple[float, float, int]:
-        rs = groups.get((method_label(model, loss), dataset), [])
-        return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
-
     lines = ["| dataset | loss | model | HR@20 | NDCG@20 | change over our SASRec | Locker: model | HR@20 | NDCG@20 "
              "| change over BERT4Rec |", "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
-    pairs = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
-    for dataset, loss in sorted(blocks):
-        base_hr, base_nd, _ = ours("sasrec", dataset, loss)
-        ref_hr, ref_nd = (paper.get((dataset, "bert4rec", m), math.nan) for m in ("hr@20", "ndcg@20"))
-        for model, theirs in pairs:
-            hr, nd, n = ours(model, dataset, loss)
-            p_hr, p_nd = (paper.get((dataset, theirs, m), math.nan) for m in ("hr@20", "ndcg@20"))
+    for dataset, loss in data.blocks:
+        base_hr, base_nd, _ = data.ours("sasrec", dataset, loss)
+        ref_hr, ref_nd = data.theirs(dataset, "bert4rec")
+        for model, theirs in LOCKER_PAIRS:
+            hr, nd, n = data.ours(model, dataset, loss)
+            p_hr, p_nd = data.theirs(dataset, theirs)
             seeds = f" [{n}]" if n > 1 else ""
             mine = ("not run", "—") if n == 0 else (f"{hr:.4f}{seeds}", f"{nd:.4f}{seeds}")
             change = "backbone" if model == "sasrec" else f"{_relative(hr, base_hr)} / {_relative(nd, base_nd)}"
             p_change = "backbone" if model == "sasrec" else f"{_relative(p_hr, ref_hr)} / {_relative(p_nd, ref_nd)}"
             p_cells = ["—", "—"] if math.isnan(p_hr) else [f"{p_hr:.4f}", f"{p_nd:.4f}"]
-            lines.append(f"| {dataset} | {loss} | {model} | {mine[0]} | {mine[1]} | {change} | {theirs} | "
-                         f"{' | '.join(p_cells)} | {p_change} |")
-    return "\n".join(lines)
+            lines.append(f"| {dataset}{data.marks[dataset]} | {loss} | {model} | {mine[0]} | {mine[1]} | {change} | "
+                         f"{theirs} | {' | '.join(p_cells)} | {p_change} |")
+    return "\n".join(lines + data.note())
+
+
+def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
+    """:func:`locker_table` in one line per dataset: the backbone's HR@20 / NDCG@20 and each encoder's change
+    over it (means over seeds), with Locker's Table 1 (BERT4Rec backbone) below ours where it has the dataset."""
+    data = _locker_data(runs, protocol)
+    if not data.blocks:
+        return ""
+    head = " | ".join(e.capitalize() if e != "rnn" else "RNN" for e in LOCKER_ENCODERS)
+    lines = [f"| dataset | backbone (loss) | seeds | backbone HR@20 / NDCG@20 | {head} |",
+             "|---|---|---:|---:|" + "---:|" * len(LOCKER_ENCODERS)]
+    for dataset, loss in data.blocks:
+        base = data.ours("sasrec", dataset, loss)
+        cells, seeds = [], {base[2]}
+        for model, _ in LOCKER_PAIRS[1:]:
+            hr, nd, n = data.ours(model, dataset, loss)
+            seeds.add(n)
+            cells.append("not run" if n == 0 else f"{_relative(hr, base[0])} / {_relative(nd, base[1])}")
+        counts = sorted(seeds - {0})
+        lines.append(f"| {dataset}{data.marks[dataset]} | our SASRec ({loss}) | "
+                     f"{'-'.join(map(str, dict.fromkeys([counts[0], counts[-1]]))) if counts else 0} | "
+                     f"{'not run' if base[2] == 0 else f'{base[0]:.4f} / {base[1]:.4f}'} | {' | '.join(cells)} |")
+        ref = data.theirs(dataset, "bert4rec")
+        if not math.isnan(ref[0]):
+            paper = [f"{_relative(hr, ref[0])} / {_relative(nd, ref[1])}"
+                     for hr, nd in (data.theirs(dataset, theirs) for _, theirs in LOCKER_PAIRS[1:])]
+            lines.append(f"| {dataset} | paper: BERT4Rec | — | {ref[0]:.4f} / {ref[1]:.4f} | {' | '.join(paper)} |")
+    return "\n".join(lines + data.note())
 
 
 def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
@@ -459,8 +518,8 @@ def _loss_section(runs: list[dict]) -> list[str]:
             "ways; the cost of the shortcut the sparse datasets use; full ranking):", table]
 
 
-def _locker_section(runs: list[dict]) -> list[str]:
-    table = locker_table(runs)
+def _locker_section(runs: list[dict], table: str | None = None) -> list[str]:
+    table = locker_summary(runs) if table is None else table
     if not table:
         return []
     return ["**Locker's local encoders against their backbone** (`full-nohist`: full ranking with the user's "
@@ -473,7 +532,7 @@ def render_results_readme(results: Path | None = None) -> str:
     rows = read_runs(path)
     runs = latest_runs(rows)
     protocols = sorted({r["protocol"] for r in runs} - {HEADLINE})
-    locker = _locker_section(runs)
+    locker = _locker_section(runs, locker_table(runs))
     parts = [
         "# Results",
         "",
