@@ -122,9 +122,12 @@ def test_sampled_softmax_runs_share_their_methods_row_and_are_compared_with_full
     table = report.main_table(runs)
     assert "| sasrec | **0.0300 [1]‡** | **0.1000 [1]** |" in table and "1,024 shared uniform negatives" in table
     comparison = report.loss_comparison_table(runs)
-    assert comparison.count("\n| sasrec | beauty | 1,024 |") == 1 and "0.0320 | 0.0300 | -6.2%" in comparison
+    assert comparison.count("\n| sasrec | beauty | 1 | 1,024 |") == 1 and "0.0320 | 0.0300 | -6.2%" in comparison
     assert "40.0 / 8.0" in comparison and "fparec" not in comparison
     assert "Sampled softmax against full cross-entropy" in report.render_results_readme(path)
+    append_run({**sampled, "seed": 2, "ndcg@10": 0.010, "run_id": "e"}, path)        # a seed CE does not have
+    comparison = report.loss_comparison_table(report.latest_runs(report.read_runs(path)))
+    assert "0.0320 | 0.0300 | -6.2%" in comparison                                  # paired by seed: unchanged
 
 
 def test_benchmark_progress_counts_the_cells_run_and_estimates_the_rest_from_the_dataset_s_runs(tmp_path):

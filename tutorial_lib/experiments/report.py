@@ -228,14 +228,16 @@ def _negatives(run: dict) -> str:
 
 def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
     """Each method and dataset run with both full CE and sampled softmax: the quality and time the shortcut
-    costs (mean over seeds). ``""`` when no such pair exists."""
+    costs (mean over the seeds both losses have). ``""`` when no such pair exists."""
     groups = grouped(runs, protocol)
     lines = []
     for (label, dataset), sampled in sorted(groups.items()):
         if (sampled[0].get("loss") or "") != SAMPLED:
             continue
-        full = groups.get((run_label({**sampled[0], "loss": "ce"}), dataset))
-        if not full:
+        full = groups.get((run_label({**sampled[0], "loss": "ce"}), dataset), [])
+        seeds = {r.get("seed") for r in full} & {r.get("seed") for r in sampled}   # paired: the same seeds only
+        full, sampled = ([r for r in rs if r.get("seed") in seeds] for rs in (full, sampled))
+        if not seeds:
             continue
         cells = []
         for metric in ("hr@10", "ndcg@10"):
@@ -245,14 +247,15 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
         total = [_mean_std([r["train_seconds"] for r in rs])[0] / 60 for rs in (full, sampled)]
         epochs = [" / ".join(sorted({f"{r.get('best_epoch')}/{r.get('epochs')}" for r in rs}))
                   for rs in (full, sampled)]
-        lines.append(f"| {run_label({**sampled[0], 'loss': 'ce'})} | {dataset} | {_negatives(sampled[0])} | "
+        lines.append(f"| {run_label({**sampled[0], 'loss': 'ce'})} | {dataset} | {', '.join(sorted(seeds))} | "
+                     f"{_negatives(sampled[0])} | "
                      f"{' | '.join(cells)} | {speed[0]:.1f} / {speed[1]:.1f} | {total[0]:.0f} / {total[1]:.0f} | "
                      f"{epochs[0]} / {epochs[1]} |")
     if not lines:
         return ""
-    head = ["| method | dataset | negatives | HR@10 CE | HR@10 sampled | change | NDCG@10 CE | NDCG@10 sampled "
+    head = ["| method | dataset | seeds | negatives | HR@10 CE | HR@10 sampled | change | NDCG@10 CE | NDCG@10 sampled "
             "| change | s/epoch CE / sampled | training min CE / sampled | best epoch / epochs CE / sampled |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     return "\n".join(head + lines)
 
 
