@@ -336,7 +336,7 @@ class _LockerData:
     groups: dict[tuple[str, str], list[dict]]
     blocks: list[tuple[str, str]]
     paper: dict[tuple[str, str, str], float]
-    marks: dict[str, str]
+    marks: dict[tuple[str, str], str]   # (dataset, loss) -> "°" when a run shown was selected on another protocol
 
     def ours(self, model: str, dataset: str, loss: str) -> tuple[float, float, int]:
         """Mean HR@20 and NDCG@20 over the seeds of ``model``, and the number of seeds."""
@@ -361,10 +361,9 @@ def _locker_data(runs: list[dict], protocol: str) -> _LockerData:
         model, loss = rs[0]["model"], rs[0].get("loss") or ""
         if model.startswith("locker-") and label == method_label(model, loss):   # the presets' configuration only
             blocks.add((dataset, loss))
-    shown = {(method_label(m, loss), d): groups.get((method_label(m, loss), d), []) for d, loss in blocks
-             for m, _ in LOCKER_PAIRS}
-    marks = {d: OTHER_SELECTION_MARK if any(selected_on(r) != protocol for (_, dd), rs in shown.items() if dd == d
-                                             for r in rs) else "" for d, _ in blocks}
+    marks = {(d, loss): OTHER_SELECTION_MARK if any(selected_on(r) != protocol for m, _ in LOCKER_PAIRS
+                                                    for r in groups.get((method_label(m, loss), d), [])) else ""
+             for d, loss in blocks}
     return _LockerData(groups, sorted(blocks), paper, marks)
 
 
@@ -391,8 +390,8 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
             change = "backbone" if model == "sasrec" else f"{_relative(hr, base_hr)} / {_relative(nd, base_nd)}"
             p_change = "backbone" if model == "sasrec" else f"{_relative(p_hr, ref_hr)} / {_relative(p_nd, ref_nd)}"
             p_cells = ["—", "—"] if math.isnan(p_hr) else [f"{p_hr:.4f}", f"{p_nd:.4f}"]
-            lines.append(f"| {dataset}{data.marks[dataset]} | {loss} | {model} | {mine[0]} | {mine[1]} | {change} | "
-                         f"{theirs} | {' | '.join(p_cells)} | {p_change} |")
+            lines.append(f"| {dataset}{data.marks[(dataset, loss)]} | {loss} | {model} | {mine[0]} | {mine[1]} | "
+                         f"{change} | {theirs} | {' | '.join(p_cells)} | {p_change} |")
     return "\n".join(lines + data.note())
 
 
@@ -413,7 +412,7 @@ def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
             seeds.add(n)
             cells.append("not run" if n == 0 else f"{_relative(hr, base[0])} / {_relative(nd, base[1])}")
         counts = sorted(seeds - {0})
-        lines.append(f"| {dataset}{data.marks[dataset]} | our SASRec ({loss}) | "
+        lines.append(f"| {dataset}{data.marks[(dataset, loss)]} | our SASRec ({loss}) | "
                      f"{'-'.join(map(str, dict.fromkeys([counts[0], counts[-1]]))) if counts else 0} | "
                      f"{'not run' if base[2] == 0 else f'{base[0]:.4f} / {base[1]:.4f}'} | {' | '.join(cells)} |")
         ref = data.theirs(dataset, "bert4rec")

@@ -249,8 +249,8 @@ def _cell_text(mean: float, std: float, n: int, expected_n: int, flag: bool, dig
 def main_table_frame(frame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
                      digits: int = 4):
     """Methods x datasets of ``"mean ± std"`` strings (``[n]`` = runs when not ``expected_seeds``, ``†`` = a seed
-    occurs twice, ``‡`` = trained with sampled softmax, ``—`` = no run; current configurations only). Returns ``(table, best)``: ``best`` is a boolean
-    frame of the same shape marking the highest mean of each dataset."""
+    occurs twice, ``‡`` = trained with sampled softmax, ``—`` = no run; current configurations only). Returns
+    ``(table, best)``: ``best`` is a boolean frame of the same shape marking the highest mean of each dataset."""
     import pandas as pd
 
     s = seed_summary(frame, (metric,), protocol)
