@@ -135,6 +135,11 @@ SAMPLED_MARK = "‡"
 OTHER_SELECTION_MARK = "°"
 
 
+def folded_label(run: dict) -> str:
+    """:func:`run_label`, with a sampled-softmax run named as its method's cross-entropy run."""
+    return run_label({**run, "loss": "ce"}) if run.get("loss") == SAMPLED else run_label(run)
+
+
 def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, str], list[dict]], set]:
     """:func:`grouped`, with sampled-softmax runs counted as their method's cross-entropy runs.
 
@@ -146,10 +151,8 @@ def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, s
     """
     groups = grouped(runs, protocol)
     folded: dict[tuple[str, str], dict[str, list[dict]]] = {}
-    for (label, dataset), rs in groups.items():
-        loss = rs[0].get("loss") or ""
-        as_ce = run_label({**rs[0], "loss": "ce"}) if loss == SAMPLED else label
-        folded.setdefault((as_ce, dataset), {})[loss] = rs
+    for (_, dataset), rs in groups.items():
+        folded.setdefault((folded_label(rs[0]), dataset), {})[rs[0].get("loss") or ""] = rs
     votes: dict[str, int] = {}  # per dataset: methods run with sampled softmax only minus those with CE only
     for (_, dataset), by_loss in folded.items():
         votes[dataset] = votes.get(dataset, 0) + (SAMPLED in by_loss) - ("ce" in by_loss)
@@ -234,7 +237,8 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
     for (label, dataset), sampled in sorted(groups.items()):
         if (sampled[0].get("loss") or "") != SAMPLED:
             continue
-        full = groups.get((run_label({**sampled[0], "loss": "ce"}), dataset), [])
+        method = folded_label(sampled[0])
+        full = groups.get((method, dataset), [])
         seeds = {r.get("seed") for r in full} & {r.get("seed") for r in sampled}   # paired: the same seeds only
         full, sampled = ([r for r in rs if r.get("seed") in seeds] for rs in (full, sampled))
         if not seeds:
@@ -247,7 +251,7 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
         total = [_mean_std([r["train_seconds"] for r in rs])[0] / 60 for rs in (full, sampled)]
         epochs = [" / ".join(sorted({f"{r.get('best_epoch')}/{r.get('epochs')}" for r in rs}))
                   for rs in (full, sampled)]
-        lines.append(f"| {run_label({**sampled[0], 'loss': 'ce'})} | {dataset} | {', '.join(sorted(seeds))} | "
+        lines.append(f"| {method} | {dataset} | {', '.join(sorted(seeds))} | "
                      f"{_negatives(sampled[0])} | "
                      f"{' | '.join(cells)} | {speed[0]:.1f} / {speed[1]:.1f} | {total[0]:.0f} / {total[1]:.0f} | "
                      f"{epochs[0]} / {epochs[1]} |")

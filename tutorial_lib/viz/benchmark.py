@@ -157,7 +157,7 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
     """
     import pandas as pd
 
-    from ..experiments.report import SAMPLED, benchmark_groups, config_key, latest_runs, run_label
+    from ..experiments.report import SAMPLED, benchmark_groups, config_key, folded_label, latest_runs
     from ..experiments.results import RUN_COLUMNS, read_runs
 
     rows = read_runs(source) if isinstance(source, (str, Path)) else [dict(r) for r in source]
@@ -171,7 +171,7 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
     for col in _INTEGER:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     sampled = [r.get("loss") == SAMPLED for r in runs]
-    frame.insert(0, "method", [run_label({**r, "loss": "ce"}) if s else run_label(r) for r, s in zip(runs, sampled)])
+    frame.insert(0, "method", [folded_label(r) for r in runs])
     frame["sampled"] = pd.Series(sampled, index=frame.index, dtype=bool)
     chosen = set()  # the README's choice of runs for each cell: report.benchmark_groups
     for protocol in {r.get("protocol") for r in runs}:
