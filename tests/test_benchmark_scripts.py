@@ -24,6 +24,18 @@ def test_tied_embeddings_reports_both_models(tmp_path, capsys):
     assert "| sasrec | 1 |" in table and "| sasrec-untied | 1 |" in table and "commit:" in table
 
 
+def test_tied_embeddings_takes_variants_with_options(tmp_path):
+    script = load_script("tied_embeddings")
+    assert script.parse_variant("sasrec:layout=tf,embedding_scale=false") == (
+        "sasrec", {"layout": "tf", "embedding_scale": False})
+    assert script.parse_variant("sasrec-untied") == ("sasrec-untied", {})
+    out = tmp_path / "tied.md"
+    assert script.main(["--dataset", "synthetic", "--epochs", "1", "--max-len", "20", "--variant",
+                        "sasrec:layout=tf,n_heads=1", "--out", str(out)]) == 0
+    table = out.read_text()
+    assert "| sasrec:layout=tf,n_heads=1 | 1 |" in table and "| sasrec-untied |" not in table
+
+
 def test_optimizer_step_times_every_implementation(tmp_path):
     out = tmp_path / "adam.md"
     assert load_script("optimizer_step").main(["--steps", "2", "--out", str(out)]) == 0

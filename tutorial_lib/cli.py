@@ -11,7 +11,7 @@ from .errors import TutorialLibError
 EPILOG = "Without --dataset, `train` runs on the embedded synthetic data (offline, about a minute on a CPU)."
 
 
-def _parse_option(text: str) -> tuple[str, object]:
+def parse_option(text: str) -> tuple[str, object]:
     """``key=value`` with the value parsed as int, float, bool or None when it looks like one."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"--option expects key=value, got {text!r}")
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--layers", type=int, default=None)
     tr.add_argument("--heads", type=int, default=None)
     tr.add_argument("--dropout", type=float, default=None, help="default: 0.2 on ML, 0.5 on sparse data")
-    tr.add_argument("--option", action="append", type=_parse_option, default=[], metavar="KEY=VALUE",
+    tr.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
                     help="any other model option, e.g. --option layout=tf (repeatable)")
     tr.add_argument("--data-dir", default=None)
     tr.add_argument("--download", action="store_true", help="download the dataset if it is missing")
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--layers", type=int, default=None)
     bm.add_argument("--heads", type=int, default=None)
     bm.add_argument("--dropout", type=float, default=None, help="default: the presets")
-    bm.add_argument("--option", action="append", type=_parse_option, default=[], metavar="KEY=VALUE",
+    bm.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
                     help="any other model option, given to every model that has it (repeatable)")
     bm.add_argument("--bucketing", action="store_true", help="batch users of similar length (faster)")
     bm.add_argument("--device", default="auto")
