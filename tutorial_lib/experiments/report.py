@@ -240,9 +240,9 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
         method = folded_label(sampled[0])
         full = groups.get((method, dataset), [])
         seeds = {r.get("seed") for r in full} & {r.get("seed") for r in sampled}   # paired: the same seeds only
-        full, sampled = ([r for r in rs if r.get("seed") in seeds] for rs in (full, sampled))
         if not seeds:
             continue
+        full, sampled = ([r for r in rs if r.get("seed") in seeds] for rs in (full, sampled))
         cells = []
         for metric in ("hr@10", "ndcg@10"):
             ce, sm = (_mean_std([r[metric] for r in rs])[0] for rs in (full, sampled))
@@ -251,8 +251,7 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
         total = [_mean_std([r["train_seconds"] for r in rs])[0] / 60 for rs in (full, sampled)]
         epochs = [" / ".join(sorted({f"{r.get('best_epoch')}/{r.get('epochs')}" for r in rs}))
                   for rs in (full, sampled)]
-        lines.append(f"| {method} | {dataset} | {', '.join(sorted(seeds))} | "
-                     f"{_negatives(sampled[0])} | "
+        lines.append(f"| {method} | {dataset} | {', '.join(sorted(seeds))} | {_negatives(sampled[0])} | "
                      f"{' | '.join(cells)} | {speed[0]:.1f} / {speed[1]:.1f} | {total[0]:.0f} / {total[1]:.0f} | "
                      f"{epochs[0]} / {epochs[1]} |")
     if not lines:
