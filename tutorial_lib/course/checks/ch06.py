@@ -177,7 +177,14 @@ def sampler_cases(seed: int = 0) -> list[tuple[Case, int]]:
 def _sampler_variants(xi, omega, delta, chol, y0, eps) -> dict[str, torch.Tensor]:
     s = torch.sqrt(1.0 - delta ** 2)
     y = eps @ chol.transpose(-2, -1)
-    return {
+    variants = {}
+    try:  # L e as a matrix-vector product: the factor's batch dimensions then line up with the wrong ones of eps
+        y_matvec = (chol @ eps[..., None]).squeeze(-1)
+        if y_matvec.shape == y.shape and not torch.allclose(y_matvec, y):
+            variants["matvec_batch"] = xi + omega * (delta * y0.abs() + s * y_matvec)
+    except RuntimeError:
+        pass
+    return variants | {
         "no_abs": xi + omega * (delta * y0 + s * y),
         "no_transpose": xi + omega * (delta * y0.abs() + s * (eps @ chol)),
         "no_sqrt": xi + omega * (delta * y0.abs() + (1.0 - delta ** 2) * y),
@@ -188,6 +195,10 @@ def _sampler_variants(xi, omega, delta, chol, y0, eps) -> dict[str, torch.Tensor
 
 
 _SAMPLER_HINTS = {
+    "matvec_batch": "chol @ eps[..., None] lines the factor's batch dimensions up with the LAST batch dimensions of "
+                    "eps: a per-sequence factor (B, 1, L, L) then meets eps (B, H, rows, L) as if B were the heads. "
+                    "Use the row-vector form y = eps @ chol.transpose(-2, -1), which broadcasts (B, 1, L, L) over "
+                    "the heads and rows correctly",
     "no_abs": "the skew comes from the HALF-normal |y0|: use y0.abs() (with y0 itself the term is symmetric and the "
               "distribution is not skewed at all)",
     "no_transpose": "y = eps @ chol gives rows with covariance Lᵀ L, not ψ = L Lᵀ: multiply by the transpose, "
