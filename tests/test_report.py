@@ -106,6 +106,23 @@ def test_locker_table_compares_each_encoder_with_its_own_backbone_and_the_paper(
     assert "| beauty-locker° |" in report.locker_summary(report.latest_runs(report.read_runs(path)))
 
 
+def test_locker_changes_compare_the_seeds_both_models_were_run_with(tmp_path):
+    path = tmp_path / "runs.csv"
+    base = {**ROW, "dataset": "ml-1m", "protocol": "full-nohist", "loss": "ce"}
+    for seed, hr in ((42, 0.40), (43, 0.30), (44, 0.20)):  # backbone mean 0.30 over three seeds
+        append_run({**base, "seed": seed, "hr@20": hr, "ndcg@20": hr / 2, "run_id": f"s{seed}"}, path)
+    append_run({**base, "model": "locker-win", "seed": 42, "hr@20": 0.42, "ndcg@20": 0.21, "run_id": "w"}, path)
+    append_run({**base, "model": "locker-rnn", "seed": 7, "hr@20": 0.5, "ndcg@20": 0.25, "run_id": "r"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    row = next(line for line in report.locker_summary(runs).splitlines() if "our SASRec" in line)
+    assert "| 0.3000 / 0.1500 |" in row                      # the backbone's mean over all its seeds
+    cells = row.split(" | ")
+    assert cells[6] == "+5.0% / +5.0%"                       # Win's seed 42 against the backbone's seed 42
+    assert cells[4] == "— / —"                               # RNN shares no seed with the backbone
+    table = report.locker_table(runs)
+    assert "| locker-win | 0.4200 | 0.2100 | +5.0% / +5.0% |" in table
+
+
 def test_sampled_softmax_runs_share_their_methods_row_and_are_compared_with_full_ce(tmp_path):
     path = tmp_path / "runs.csv"
     sampled = {**ROW, "dataset": "beauty", "loss": "sampled-ce", "training": "epochs=200 n_negatives=1024"}

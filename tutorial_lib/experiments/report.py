@@ -346,6 +346,17 @@ class _LockerData:
         rs = self.groups.get((method_label(model, loss), dataset), [])
         return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
 
+    def change(self, model: str, dataset: str, loss: str) -> str:
+        """``model``'s HR@20 / NDCG@20 change over the backbone, both averaged over the seeds both were run
+        with (a seed-42 run is compared with the backbone's seed 42, not with its mean over more seeds)."""
+        base = {r.get("seed"): r for r in self.groups.get((method_label("sasrec", loss), dataset), [])}
+        pairs = [(r, base[r.get("seed")]) for r in self.groups.get((method_label(model, loss), dataset), [])
+                 if r.get("seed") in base]
+        if not pairs:
+            return "— / —"
+        mean = {m: [_mean_std([pair[i][m] for pair in pairs])[0] for i in (0, 1)] for m in ("hr@20", "ndcg@20")}
+        return " / ".join(_relative(*mean[m]) for m in ("hr@20", "ndcg@20"))
+
     def theirs(self, dataset: str, model: str) -> tuple[float, float]:
         return tuple(self.paper.get((dataset, model, m), math.nan) for m in ("hr@20", "ndcg@20"))
 
@@ -383,14 +394,13 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
     lines = ["| dataset | loss | model | HR@20 | NDCG@20 | change over our SASRec | Locker: model | HR@20 | NDCG@20 "
              "| change over BERT4Rec |", "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for dataset, loss in data.blocks:
-        base_hr, base_nd, _ = data.ours("sasrec", dataset, loss)
         ref_hr, ref_nd = data.theirs(dataset, "bert4rec")
         for model, theirs in LOCKER_PAIRS:
             hr, nd, n = data.ours(model, dataset, loss)
             p_hr, p_nd = data.theirs(dataset, theirs)
             seeds = f" [{n}]" if n > 1 else ""
             mine = ("not run", "—") if n == 0 else (f"{hr:.4f}{seeds}", f"{nd:.4f}{seeds}")
-            change = "backbone" if model == "sasrec" else f"{_relative(hr, base_hr)} / {_relative(nd, base_nd)}"
+            change = "backbone" if model == "sasrec" else data.change(model, dataset, loss)
             p_change = "backbone" if model == "sasrec" else f"{_relative(p_hr, ref_hr)} / {_relative(p_nd, ref_nd)}"
             p_cells = ["—", "—"] if math.isnan(p_hr) else [f"{p_hr:.4f}", f"{p_nd:.4f}"]
             lines.append(f"| {dataset}{data.marks[(dataset, loss)]} | {loss} | {model} | {mine[0]} | {mine[1]} | "
@@ -399,8 +409,8 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
 
 
 def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
-    """:func:`locker_table` in one line per dataset: the backbone's HR@20 / NDCG@20 and each encoder's change
-    over it (means over seeds), with Locker's Table 1 (BERT4Rec backbone) below ours where it has the dataset."""
+    """:func:`locker_table` in one line per dataset: the backbone's HR@20 / NDCG@20 (mean over its seeds) and
+    each encoder's change over it (over the seeds both were run with), with Locker's Table 1 (BERT4Rec backbone) below ours where it has the dataset."""
     data = _locker_data(runs, protocol)
     if not data.blocks:
         return ""
@@ -411,9 +421,9 @@ def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
         base = data.ours("sasrec", dataset, loss)
         cells, seeds = [], {base[2]}
         for model, _ in LOCKER_PAIRS[1:]:
-            hr, nd, n = data.ours(model, dataset, loss)
+            n = data.ours(model, dataset, loss)[2]
             seeds.add(n)
-            cells.append("not run" if n == 0 else f"{_relative(hr, base[0])} / {_relative(nd, base[1])}")
+            cells.append("not run" if n == 0 else data.change(model, dataset, loss))
         counts = sorted(seeds - {0})
         lines.append(f"| {dataset}{data.marks[(dataset, loss)]} | our SASRec ({loss}) | "
                      f"{'-'.join(map(str, dict.fromkeys([counts[0], counts[-1]]))) if counts else 0} | "
@@ -529,7 +539,8 @@ def _locker_section(runs: list[dict], table: str | None = None) -> list[str]:
         return []
     return ["**Locker's local encoders against their backbone** (`full-nohist`: full ranking with the user's "
             "history removed, Locker's protocol; ours are causal SASRec-backbone models, the paper's sit on "
-            "BERT4Rec; changes are HR@20 / NDCG@20 relative to each side's own backbone):", table]
+            "BERT4Rec; changes are HR@20 / NDCG@20 relative to each side's own backbone, ours over the seeds both "
+            "were run with):", table]
 
 
 def render_results_readme(results: Path | None = None) -> str:
