@@ -70,7 +70,8 @@ def test_counting_kernel_mistakes(mistake, hint):
     (lambda xi, om, de, ch, y0, eps: xi + de * y0.abs() + om * torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1)),
      "whole standardised sample"),
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * eps), "correlated"),
-    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (ch @ eps[..., None]).squeeze(-1)),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs()
+                                                 + torch.sqrt(1 - de ** 2) * (ch @ eps[..., None]).squeeze(-1)),
      "as if B were the heads"),
 ])
 def test_sampler_mistakes(mistake, hint):

@@ -410,7 +410,8 @@ def locker_table(runs: list[dict], protocol: str = "full-nohist") -> str:
 
 def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
     """:func:`locker_table` in one line per dataset: the backbone's HR@20 / NDCG@20 (mean over its seeds) and
-    each encoder's change over it (over the seeds both were run with), with Locker's Table 1 (BERT4Rec backbone) below ours where it has the dataset."""
+    each encoder's change over it (over the seeds both were run with), with Locker's Table 1 (BERT4Rec
+    backbone) below ours where it has the dataset."""
     data = _locker_data(runs, protocol)
     if not data.blocks:
         return ""
