@@ -343,19 +343,23 @@ class _LockerData:
 
     def ours(self, model: str, dataset: str, loss: str) -> tuple[float, float, int]:
         """Mean HR@20 and NDCG@20 over the seeds of ``model``, and the number of seeds."""
-        rs = self.groups.get((method_label(model, loss), dataset), [])
+        rs = self.runs(model, dataset, loss)
         return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
+
+    def runs(self, model: str, dataset: str, loss: str) -> list[dict]:
+        """Our runs (one per seed) of ``model`` trained with ``loss`` on ``dataset``."""
+        return self.groups.get((method_label(model, loss), dataset), [])
 
     def change(self, model: str, dataset: str, loss: str) -> str:
         """``model``'s HR@20 / NDCG@20 change over the backbone, both averaged over the seeds both were run
         with (a seed-42 run is compared with the backbone's seed 42, not with its mean over more seeds)."""
-        base = {r.get("seed"): r for r in self.groups.get((method_label("sasrec", loss), dataset), [])}
-        pairs = [(r, base[r.get("seed")]) for r in self.groups.get((method_label(model, loss), dataset), [])
-                 if r.get("seed") in base]
-        if not pairs:
+        base = {r.get("seed"): r for r in self.runs("sasrec", dataset, loss)}
+        mine = [r for r in self.runs(model, dataset, loss) if r.get("seed") in base]
+        if not mine:
             return "— / —"
-        mean = {m: [_mean_std([pair[i][m] for pair in pairs])[0] for i in (0, 1)] for m in ("hr@20", "ndcg@20")}
-        return " / ".join(_relative(*mean[m]) for m in ("hr@20", "ndcg@20"))
+        theirs = [base[r.get("seed")] for r in mine]
+        return " / ".join(_relative(_mean_std([r[m] for r in mine])[0], _mean_std([r[m] for r in theirs])[0])
+                          for m in ("hr@20", "ndcg@20"))
 
     def theirs(self, dataset: str, model: str) -> tuple[float, float]:
         return tuple(self.paper.get((dataset, model, m), math.nan) for m in ("hr@20", "ndcg@20"))
