@@ -207,3 +207,11 @@ def test_bad_settings():
     assert model.user_embedding is None
     with pytest.raises(ConfigError, match="prepare"):
         model(torch.tensor([[1, 2, 3]]))
+
+
+def test_kernel_subset_models_are_rksa_with_their_kernels():
+    from tutorial_lib.models.registry import get_model_entry
+
+    assert get_model_entry("rksa-iu").preset_of() == ("rksa", {"kernels": "iu"})
+    assert get_model_entry("rksa").preset_of() == ("rksa", {})
+    assert get_model_entry("sasrec").preset_of() == ("sasrec", {})

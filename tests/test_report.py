@@ -195,3 +195,24 @@ def test_a_run_selected_on_another_protocol_yields_to_one_selected_on_this_proto
     table = report.main_table(runs)
     assert "| sasrec | 0.0900 [1] |" in table and "| fparec | **0.1000 [1]°** |" in table
     assert "° weights selected on the validation of another protocol (`full-nohist`" in table
+
+
+def test_rksa_kernel_subsets_are_variants_compared_on_the_seeds_they_share(tmp_path):
+    path = tmp_path / "runs.csv"
+    base = {**ROW, "dataset": "video", "loss": "bce", "max_len": 50, "options": "n_heads=1 dropout=0.5"}
+    for model, seed, valid, hr in (("rksa", 42, 0.030, 0.050), ("rksa", 43, 0.020, 0.040),
+                                   ("rksa-c", 42, 0.031, 0.052), ("rksa-iu", 42, 0.029, 0.048)):
+        for protocol, scale in (("full", 1.0), ("sampled100", 10.0)):
+            append_run({**base, "model": model, "seed": seed, "protocol": protocol, "hr@10": hr * scale,
+                        "valid_ndcg@10": valid, "run_id": f"{model}{seed}"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    assert report.run_label(next(r for r in runs if r["model"] == "rksa-c")) == "rksa (bce, kernels=c)"
+    main, others = report.main_table(runs), report.main_table(runs, variants=True)
+    assert "kernels" not in main and "| rksa (bce) |" in main
+    assert "| rksa (bce, kernels=c) |" in others and "| rksa (bce, kernels=iu) |" in others
+    rows = {line.split(" | ")[1]: line for line in report.rksa_kernel_table(runs).splitlines()[2:]}
+    assert list(rows) == ["C", "I+U", "C+I+U"]
+    assert rows["C"].startswith("| video [1] | C | **0.03100** | 0.5200 |")      # best validation in bold
+    assert "| 0.5000 |" in rows["C+I+U"] and "0.4500" not in rows["C+I+U"]       # seed 42 only, the shared seed
+    assert rows["C"].endswith("| 0.5015 | 0.5911 |")                             # the paper's Table 3
+    assert report.rksa_kernel_table([r for r in runs if r["model"] == "rksa"]) == ""

@@ -27,6 +27,8 @@ class Published:
     #: model options of the paper's setting that differ from our presets, as ``(name, value)`` pairs: the
     #: scorecard prefers our run in that setting (one head for SASRec and RKSA) and falls back to the presets'
     options: tuple[tuple[str, object], ...] = ()
+    #: the paper's own name of a dataset we do not have (``dataset`` None), for tables that show its cells
+    paper_dataset: str = ""
 
 
 def _cells(paper, table, protocol, loss, dataset, model, metrics: dict[str, float], **kw) -> list[Published]:
@@ -106,7 +108,7 @@ PUBLISHED: list[Published] = [
                       note="SASRec's Beauty (52,024 users) is not available")],
     # ---- RKSA, Table 3 kernel ablation (HR@10) on Beauty and MovieLens (neither file is available)
     *[Published("RKSA", "3", f"rksa-{k}" if k != "ciu" else "rksa", None, "hr@10", v, "sampled100", "bce",
-                note=f"{name}: the paper's data is not available")
+                note=f"{name}: the paper's data is not available", paper_dataset=name)
       for name, vals in (("Beauty", (0.5015, 0.4982, 0.4958, 0.5012, 0.4955, 0.4951, 0.5011)),
                          ("MovieLens", (0.5911, 0.5966, 0.5977, 0.5960, 0.5962, 0.5997, 0.5973)))
       for k, v in zip(("c", "i", "u", "ci", "cu", "iu", "ciu"), vals)],

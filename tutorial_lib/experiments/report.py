@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.registry import get_model_entry
 from .published import PUBLISHED, Published, published
 from .run import ExperimentSpec
 from .results import default_results_path, project_root, read_runs
@@ -64,13 +65,16 @@ def run_label(run: dict) -> str:
     """:func:`method_label` of a results row, with what the run changed from the presets of the model on that
     dataset: ``L=<max_len>`` and each model option set otherwise (``"sasrec (bce, n_heads=1)"``). So a run in
     another paper's setting (SASRec at 50 on ML-1M for the RKSA comparison, one head) is its own method and
-    never replaces the default configuration in the tables."""
+    never replaces the default configuration in the tables. A model registered as a preset of another is named
+    as that model with its options (``rksa-c`` as ``"rksa (bce, kernels=c)"``)."""
     label = method_label(run["model"], run.get("loss") or "")
-    spec = ExperimentSpec(model=run["model"], dataset=run["dataset"])
     try:
+        base, implied = get_model_entry(run["model"]).preset_of()   # rksa-c: rksa with kernels=c
+        spec = ExperimentSpec(model=base, dataset=run["dataset"])
         default_len, preset = spec.resolved_max_len(), spec.resolved_model_options()
     except (KeyError, ValueError):  # a model or dataset this version no longer knows
         return label
+    label = method_label(base, run.get("loss") or "")
     changes = []
     try:
         used = int(float(run.get("max_len") or ""))
@@ -78,8 +82,10 @@ def run_label(run: dict) -> str:
             changes.append(f"L={used}")
     except ValueError:
         pass
-    ran = dict(kv.split("=", 1) for kv in (run.get("options") or "").split() if "=" in kv)
-    preset_text = {k: str(v) for k, v in preset.items()}  # an option a row does not record is not a change
+    ran = {**{k: str(v) for k, v in implied.items()},
+           **dict(kv.split("=", 1) for kv in (run.get("options") or "").split() if "=" in kv)}
+    # an option a row does not record, or records at the base model's default, is not a change
+    preset_text = {k: str(v) for k, v in {**get_model_entry(base).options(), **preset}.items()}
     changes += [f"{k}={v}" for k, v in sorted(ran.items()) if v != preset_text.get(k)]
     if not changes:
         return label
@@ -441,6 +447,63 @@ def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
     return "\n".join(lines + data.note())
 
 
+RKSA_KERNELS = ("c", "i", "u", "ci", "cu", "iu", "ciu")
+
+
+def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
+    """RKSA's kernel subsets side by side (the paper's Table 3) on each dataset where two or more were trained
+    the same way: validation NDCG@10 (what chooses a subset, methods.md A11; best in bold), test HR@10 / NDCG@10
+    under ``sampled100`` (the paper's protocol) and ``full``, means over the seeds every subset shown was run
+    with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. ``""`` when no dataset
+    has two subsets."""
+    groups = grouped(runs, HEADLINE)
+    by_run = {(r.get("run_id"), r["protocol"]): r for r in runs}
+    table3 = published(paper="RKSA", table="3")
+    paper_sets = list(dict.fromkeys(rec.paper_dataset for rec in table3))
+    paper = {(rec.model, rec.paper_dataset): rec.value for rec in table3}
+
+    def mean(rows: list[dict | None], metric: str) -> float:
+        return _mean_std([r[metric] if r else math.nan for r in rows])[0]
+
+    lines = [f"| dataset [seeds] | kernels | valid NDCG@10 | sampled100 HR@10 | NDCG@10 | full HR@10 | NDCG@10 | "
+             + " | ".join(f"paper: {name} HR@10" for name in paper_sets) + " |",
+             "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(paper_sets)]
+    for dataset in sorted({d for _, d in groups}):
+        found: dict[str, tuple[str, list[dict]]] = {}
+        for k in RKSA_KERNELS:
+            model = "rksa" if k == "ciu" else f"rksa-{k}"
+            rs = groups.get((run_label({"model": model, "dataset": dataset, "loss": loss}), dataset), [])
+            trained = {r.get("training") for _, first in found.values() for r in first[:1]}
+            if rs and (not trained or rs[0].get("training") in trained):     # trained as the first one shown
+                found[k] = (model, rs)
+        seeds = set.intersection(*({r.get("seed") for r in rs} for _, rs in found.values())) if found else set()
+        if len(found) < 2 or not seeds:
+            continue
+        rows = {}
+        for k, (model, rs) in found.items():
+            full = [r for r in rs if r.get("seed") in seeds]
+            sampled = [by_run.get((r.get("run_id"), "sampled100")) for r in full]
+            rows[k] = (model, mean(full, "valid_ndcg@10"), mean(sampled, "hr@10"), mean(sampled, "ndcg@10"),
+                       mean(full, "hr@10"), mean(full, "ndcg@10"))
+        best = max(v[1] for v in rows.values())
+        for k, (model, valid, *tests) in rows.items():
+            cells = [f"**{valid:.5f}**" if valid == best else f"{valid:.5f}", *(f"{v:.4f}" for v in tests),
+                     *(f"{paper.get((model, name), math.nan):.4f}" for name in paper_sets)]
+            lines.append(f"| {dataset} [{len(seeds)}] | {'+'.join(k.upper())} | " + " | ".join(cells) + " |")
+    if len(lines) == 2:
+        return ""
+    return "\n".join(lines)
+
+
+def _kernel_section(runs: list[dict]) -> list[str]:
+    table = rksa_kernel_table(runs)
+    if not table:
+        return []
+    return ["**RKSA's kernel subsets** (BCE with one negative, the RKSA paper's setting; [n] = seeds every subset "
+            "was run with; the subset is chosen on validation NDCG@10 (bold), the paper's Table 3 is on Beauty and "
+            "MovieLens, data we do not have):", table]
+
+
 def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
     """How much of the complete benchmark (every method of ``BENCHMARK_MODELS`` on every dataset of
     ``BENCHMARK_DATASETS``, at least one seed) has run, the training time it took, and an estimate of the rest
@@ -519,6 +582,7 @@ def render_section(results: Path | None = None) -> str:
         "scorecard, other protocols and every run with its command are in [results/README.md](results/README.md)):",
         scorecard_table(runs, only_run=True),
         *_locker_section(runs),
+        *_kernel_section(runs),
     ])
     return f"{START}\n{body}\n{END}"
 
@@ -587,6 +651,8 @@ def render_results_readme(results: Path | None = None) -> str:
               "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
               "`tutorial_lib/experiments/published.py`.", "", scorecard_table(runs),
               *(["", "## Locker's encoders against their backbone", "", "\n\n".join(locker)] if locker else []),
+              *(["", "## RKSA's kernel subsets", "", "\n\n".join(kernels)] if (kernels := _kernel_section(runs))
+                else []),
               "", "## Every run", "", runs_table(rows), ""]
     return "\n".join(parts)
 

@@ -16,23 +16,34 @@ class ModelEntry:
     builder: Callable[..., nn.Module]
     description: str
     family: str
+    #: the registered model this one is a preset of (``rksa-c`` is ``rksa`` with ``kernels="c"``), or None
+    variant_of: str | None = None
 
     def options(self) -> dict[str, object]:
         """Keyword options of the builder with their defaults (besides n_items and max_len)."""
         sig = inspect.signature(self.builder)
         return {k: p.default for k, p in sig.parameters.items() if k not in ("n_items", "max_len")}
 
+    def preset_of(self) -> tuple[str, dict[str, object]]:
+        """The base model and the options that turn it into this one: ``("rksa", {"kernels": "c"})`` for
+        ``rksa-c``; ``(name, {})`` for a model that is not a preset of another."""
+        if self.variant_of is None:
+            return self.name, {}
+        base = get_model_entry(self.variant_of).options()
+        return self.variant_of, {k: v for k, v in self.options().items() if base.get(k) != v}
+
 
 MODELS: dict[str, ModelEntry] = {}
 
 
-def register_model(name: str, description: str, family: str) -> Callable:
-    """Decorator: register ``builder(n_items, max_len, **options) -> nn.Module`` under ``name``."""
+def register_model(name: str, description: str, family: str, variant_of: str | None = None) -> Callable:
+    """Decorator: register ``builder(n_items, max_len, **options) -> nn.Module`` under ``name``; ``variant_of``
+    names the model it presets options of (the result tables then label it as that model's variant)."""
 
     def wrap(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in MODELS:
             raise ValueError(f"model {name!r} registered twice")
-        MODELS[name] = ModelEntry(name, builder, description, family)
+        MODELS[name] = ModelEntry(name, builder, description, family, variant_of)
         return builder
 
     return wrap

@@ -34,8 +34,8 @@ def build_rksa_model(n_items: int, max_len: int, n_users: int | None, kernels: s
     return model
 
 
-def _register(name: str, kernels: str, description: str) -> None:
-    @register_model(name, description, family="kernelized")
+def _register(name: str, kernels: str, description: str, variant_of: str | None = None) -> None:
+    @register_model(name, description, family="kernelized", variant_of=variant_of)
     def build(n_items: int, max_len: int, n_users: int | None = None, d_model: int = 64, n_layers: int = 2,
               n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0, kernels: str = kernels,
               item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
@@ -48,4 +48,5 @@ def _register(name: str, kernels: str, description: str) -> None:
 
 _register("rksa", "ciu", "RKSA: skew-normal stochastic attention logits, counting + item + user kernels")
 for _subset in ("c", "i", "u", "ci", "cu", "iu"):
-    _register(f"rksa-{_subset}", _subset, f"RKSA with the kernel subset {_subset.upper()} (the paper's Table 3)")
+    _register(f"rksa-{_subset}", _subset, f"RKSA with the kernel subset {_subset.upper()} (the paper's Table 3)",
+              variant_of="rksa")
