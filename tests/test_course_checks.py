@@ -235,3 +235,50 @@ def oldest_items(history, max_len):
 def test_ch00_typical_mistakes_get_a_specific_hint(wrong, hint):
     with pytest.raises(CheckFailed, match=hint):
         ch00.check_make_window(wrong)
+
+
+def test_ipython_shows_a_check_s_message_and_only_the_learner_s_frames():
+    def cumsum(x):
+        return x[10]
+
+    with pytest.raises(CheckFailed) as info:
+        check_function(cumsum, ref_cumsum, CASES)
+    shown = "\n".join(info.value._render_traceback_())
+    assert "in cumsum" in shown and "return x[10]" in shown and "IndexError" in shown
+    assert "checks/base.py" not in shown and shown.splitlines()[-3].startswith("CheckFailed: `cumsum` raised")
+
+    def stub(x):
+        raise NotImplementedError()
+
+    with pytest.raises(ExerciseNotDone) as info:
+        check_function(stub, ref_cumsum, CASES)
+    assert info.value._render_traceback_() == [f"ExerciseNotDone: {info.value}"]
+
+
+def test_make_window_with_the_right_values_as_floats_is_told_about_the_type_only():
+    def as_floats(history, max_len):
+        h = np.asarray(history)
+        x, y = np.zeros(max_len), np.zeros(max_len)
+        x[max_len - len(h[:-1][-max_len:]):], y[max_len - len(h[1:][-max_len:]):] = h[:-1][-max_len:], h[1:][-max_len:]
+        return x, y
+
+    with pytest.raises(CheckFailed) as info:
+        ch00.check_make_window(as_floats)
+    assert "expected integers" in str(info.value) and "FOLLOWS" not in str(info.value)
+
+
+def test_a_stub_called_from_the_learner_s_function_is_named():
+    def causal_mask(x):
+        raise NotImplementedError()
+
+    def cumsum(x):
+        return causal_mask(x)
+
+    with pytest.raises(ExerciseNotDone, match="`cumsum` calls `causal_mask`, which still raises"):
+        check_function(cumsum, ref_cumsum, CASES)
+
+
+def test_a_missing_dimension_is_located():
+    msg = explain_difference(np.zeros((3, 5, 5)), np.zeros((3, 2, 5, 5)))
+    assert "dimension 1 of the expected shape is missing?" in msg
+    assert "dimension 0 or 1" in explain_difference(np.zeros((2, 5, 5)), np.zeros((2, 2, 5, 5)))

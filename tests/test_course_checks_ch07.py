@@ -22,6 +22,8 @@ def paired_t(a, b):
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     mean = d.mean()
     se = d.std(ddof=1) / math.sqrt(len(d))
+    if se == 0:
+        return mean, se, math.copysign(math.inf, mean) if mean else math.nan
     return mean, se, mean / se
 
 
@@ -108,3 +110,21 @@ def test_a_function_that_mutates_its_input_is_caught():
 
     with pytest.raises(CheckFailed, match="in place"):
         ch07.check_mean_std(mutating)
+
+
+def test_no_value_at_all_is_a_case_of_mean_std():
+    def fails_when_empty(values):
+        x = [v for v in values if v == v]
+        return sum(x) / len(x), mean_std(values)[1], len(x)          # ZeroDivisionError without values
+
+    with pytest.raises(CheckFailed, match="no value at all"):
+        ch07.check_mean_std(fails_when_empty)
+
+
+def test_zero_spread_of_the_differences_is_a_case_of_paired_t():
+    def zero_std_err(a, b):
+        mean, se, t = paired_t(a, b)
+        return mean, se, 0.0 if se == 0 else t
+
+    with pytest.raises(CheckFailed, match="std_err = 0, t is inf"):
+        ch07.check_paired_t(zero_std_err)

@@ -250,3 +250,25 @@ def test_sampled_softmax_runs_are_their_method_s_cells_as_in_the_readme(tmp_path
     table, _ = vb.main_table_frame(f, expected_seeds=1)
     assert table.loc["sasrec", "beauty"] == "0.0300 ‡"
     assert vb.missing_runs(f, [("sasrec", "ce")], ["beauty"], [42]) == []
+
+
+def test_a_live_slice_with_shared_overrides_is_labelled_relative_to_its_own_settings(tmp_path):
+    from tutorial_lib.experiments.run import ExperimentSpec
+
+    path = tmp_path / "runs.csv"
+    tiny = {"dataset": "synthetic", "max_len": 20, "options": "d_model=16 n_layers=1 dropout=0.2"}
+    for seed in (42, 43):
+        append_run(_row("sasrec", seed=seed, **tiny), path)
+        append_run(_row("sasrec", seed=seed, loss="bce", ndcg=0.05, **tiny), path)
+    base = ExperimentSpec(max_len=20, model_options={"d_model": 16, "n_layers": 1})
+    plain, own = vb.runs_frame(path), vb.runs_frame(path, base=base)
+    assert set(plain["method"]) == {"sasrec (L=20, d_model=16, n_layers=1)", "sasrec (bce, L=20, d_model=16, n_layers=1)"}
+    assert plain["variant"].all() and set(own["method"]) == {"sasrec", "sasrec (bce)"} and not own["variant"].any()
+    assert vb.coverage_frame(own, [("sasrec", "ce"), ("sasrec", "bce")], ["synthetic"], [42, 43]).values.tolist() == [
+        ["2/2"], ["2/2"]]
+    runs = latest_runs(read_runs(path))
+    assert "| sasrec (bce) |" in main_table(runs, base=base) and "_No full runs" in main_table(runs)
+    with pytest.raises(ValueError, match="no full runs"):            # the bars show the presets' methods only
+        vb.plot_metric_bars(plain)
+    fig = vb.plot_metric_bars(plain, variants=True)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()][0] == "sasrec (L=20,\nd_model=16,\nn_layers=1)"

@@ -2,7 +2,7 @@
 
 The attention logits are not ``QK^T/sqrt(d)`` but a *sample* ``z`` of a multivariate skew-normal whose
 correlation comes from kernels over the items, the user and their co-occurrence (paper Eq. 5-13). No
-public code exists; this follows the concrete design of methods.md §6.2, and every ambiguity it lists
+public code exists; this follows the concrete design of docs/methods.md §6.2, and every ambiguity it lists
 (A1-A16) is resolved as proposed there. Per layer and head, for query row ``t`` and key ``j``:
 
 * location (Eq. 7, A2): ``Ξ_tj = (x_t W_Q)(x_j W_K)^T / sqrt(d_h)`` (``f`` = identity, so the layer is

@@ -25,7 +25,7 @@ adds ``P`` (a position table shared by the layers) to the global heads' ``Q`` an
 
 On a causal backbone every local encoder is one-sided (no future position reaches the output).
 
-**Released-code compatibility** (``compat=True``, methods.md §5.1): ``initial`` multiplies the logits by
+**Released-code compatibility** (``compat=True``, docs/methods.md §5.1): ``initial`` multiplies the logits by
 ``sigmoid(p / 0.1)`` with the Gaussian centred one step ahead; ``adapt`` uses a linear predictor;
 ``rnn`` looks *forward* (``V_i .. V_{i+s}``, so it needs the bidirectional backbone); for ``initial``
 and ``adapt`` the positions go to the *local* heads' queries and keys and the global heads get none.

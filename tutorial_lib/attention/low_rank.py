@@ -25,7 +25,7 @@ to ``±30`` (``30 tanh(x/30)``, within 1 % of the identity for ``|x| < 5``), so 
 shifted by its row maximum, stays inside float32's range: the prefix sums are then exact and no
 position ever depends on a later one, whatever the values.
 
-**Released-code compatibility** (``compat=True``, methods.md §3.2): interest logits ``K Θ`` with
+**Released-code compatibility** (``compat=True``, docs/methods.md §3.2): interest logits ``K Θ`` with
 ``Θ ~ N(0, 1)``, aggregation over the *whole* window without masks, item attention normalised over
 the *sequence* axis (dim -2) instead of over the interests, position logits scaled by
 ``1 / (sqrt(2) d_h)``, normalised over dim -2, unmasked. It is non-causal, so it must be trained

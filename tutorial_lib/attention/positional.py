@@ -9,7 +9,7 @@ The attention weights depend on positions only, not on the items:
 with a learnable ``n x n`` matrix ``W_pos`` per layer and head (PARec), or its rank-``k`` factorisation
 ``W_pos = F_1 F_2^T`` with ``F_1, F_2 in R^{n x k}`` (FPARec). ``n`` is the model's ``max_len`` and
 positions are absolute with left padding, so the most recent item always reads row ``n - 1``. (The
-paper's equations were lost in the text extraction; this follows methods.md §4, reconstructed from
+paper's equations were lost in the text extraction; this follows docs/methods.md §4, reconstructed from
 the authors' code: the ``1/sqrt(d/h)`` scale, truncated-normal initialisation with std 0.01 for
 PARec and ``sqrt(0.01)/k^{1/4}`` for ``F_1, F_2`` so that ``F_1 F_2^T`` has std about 0.01 too.)
 

@@ -1,7 +1,7 @@
 """Item co-occurrence statistics of the training split (RKSA's counting kernel and shape parameter).
 
 ``P_i`` = number of users whose training history contains item ``i``; ``P_ij`` = number of users whose
-training history contains both ``i`` and ``j`` (user-level set co-occurrence, methods.md A4), with
+training history contains both ``i`` and ``j`` (user-level set co-occurrence, docs/methods.md A4), with
 ``P_ii = P_i``. Only ``split.train`` is counted: validation and test items never enter.
 
 Two storages behind one lookup, chosen by catalogue size:

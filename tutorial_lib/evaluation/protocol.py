@@ -1,4 +1,4 @@
-"""Evaluation protocols: one evaluator, explicit switches (DESIGN §4).
+"""Evaluation protocols: one evaluator, explicit switches.
 
 * ``full``: rank the target against every item; the user's history stays in the ranking (default).
 * ``full-nohist``: full ranking with the items the user already interacted with removed (Locker).

@@ -4,7 +4,7 @@ Every record is one table cell: which paper and table, which model and metric, t
 protocol the paper used (this library's protocol names), and the dataset in *our* registry when we have
 the same file (``dataset=None`` when the paper's data is not available here; ``same_data=False`` when we
 have a file of that name but not the one the paper used). Sources: the papers in ``shared/papers`` and
-methods.md §2.4, 3.5, 4.4, 5.4, 6.4 (SASRec's Table III is quoted from methods.md; it is not among the
+docs/methods.md §2.4, 3.5, 4.4, 5.4, 6.4 (SASRec's Table III is quoted from docs/methods.md; it is not among the
 seed papers).
 """
 from __future__ import annotations

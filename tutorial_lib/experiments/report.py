@@ -4,7 +4,7 @@
     python -m tutorial_lib.experiments.report --write    # rewrite README's section and results/README.md
     python -m tutorial_lib.experiments.report --check    # exit 1 when either is stale (a test runs this)
 
-* **Main table**: the headline protocol (DESIGN §4: full ranking, history kept, all users; CE unless the
+* **Main table**: the headline protocol (full ranking, history kept, all users; CE unless the
   model name says otherwise), mean ± std over seeds of test NDCG@10 and HR@10 per method and dataset,
   the best mean of each dataset in bold, the number of seeds in brackets when it is not 3.
 * **Scorecard**: every published table cell (:mod:`tutorial_lib.experiments.published`) whose dataset we
@@ -21,7 +21,7 @@ import argparse
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..models.registry import get_model_entry
@@ -61,20 +61,23 @@ def method_label(model: str, loss: str) -> str:
     return model if loss in ("ce", "") else f"{model} ({loss})"
 
 
-def run_label(run: dict) -> str:
+def run_label(run: dict, base: ExperimentSpec | None = None) -> str:
     """:func:`method_label` of a results row, with what the run changed from the presets of the model on that
     dataset: ``L=<max_len>`` and each model option set otherwise (``"sasrec (bce, n_heads=1)"``). So a run in
     another paper's setting (SASRec at 50 on ML-1M for the RKSA comparison, one head) is its own method and
     never replaces the default configuration in the tables. A model registered as a preset of another is named
-    as that model with its options (``rksa-c`` as ``"rksa (bce, kernels=c)"``)."""
+    as that model with its options (``rksa-c`` as ``"rksa (bce, kernels=c)"``).
+
+    ``base``: label relative to these settings instead of the presets (a results file whose runs all share some
+    overrides, such as a notebook's tiny live benchmark, then names its methods plainly)."""
     label = method_label(run["model"], run.get("loss") or "")
     try:
-        base, implied = get_model_entry(run["model"]).preset_of()   # rksa-c: rksa with kernels=c
-        spec = ExperimentSpec(model=base, dataset=run["dataset"])
+        model, implied = get_model_entry(run["model"]).preset_of()   # rksa-c: rksa with kernels=c
+        spec = replace(base or ExperimentSpec(model=model), model=model, dataset=run["dataset"])
         default_len, preset = spec.resolved_max_len(), spec.resolved_model_options()
     except (KeyError, ValueError):  # a model or dataset this version no longer knows
         return label
-    label = method_label(base, run.get("loss") or "")
+    label = method_label(model, run.get("loss") or "")
     changes = []
     try:
         used = int(float(run.get("max_len") or ""))
@@ -85,7 +88,7 @@ def run_label(run: dict) -> str:
     ran = {**{k: str(v) for k, v in implied.items()},
            **dict(kv.split("=", 1) for kv in (run.get("options") or "").split() if "=" in kv)}
     # an option a row does not record, or records at the base model's default, is not a change
-    preset_text = {k: str(v) for k, v in {**get_model_entry(base).options(), **preset}.items()}
+    preset_text = {k: str(v) for k, v in {**get_model_entry(model).options(), **preset}.items()}
     changes += [f"{k}={v}" for k, v in sorted(ran.items()) if v != preset_text.get(k)]
     if not changes:
         return label
@@ -122,14 +125,14 @@ def selected_on(run: dict) -> str:
     return found.group(1) if found else run.get("protocol", "")
 
 
-def grouped(runs: list[dict], protocol: str) -> dict[tuple[str, str], list[dict]]:
+def grouped(runs: list[dict], protocol: str, base: ExperimentSpec | None = None) -> dict[tuple[str, str], list[dict]]:
     """Runs of ``protocol`` grouped by (method label, dataset); when a method was run on a dataset with
     several configurations, only the seeds of one are kept: the most recent of those selected on this
     protocol's validation, else the most recent of those selected on another protocol's."""
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         if r.get("protocol") == protocol:
-            out.setdefault((run_label(r), r["dataset"]), []).append(r)
+            out.setdefault((run_label(r, base), r["dataset"]), []).append(r)
     for key, rs in out.items():
         chosen = max(rs, key=lambda r: (selected_on(r) == protocol, r.get("date", "")))
         out[key] = [r for r in rs if config_key(r) == config_key(chosen)]
@@ -141,12 +144,13 @@ SAMPLED_MARK = "‡"
 OTHER_SELECTION_MARK = "°"
 
 
-def folded_label(run: dict) -> str:
+def folded_label(run: dict, base: ExperimentSpec | None = None) -> str:
     """:func:`run_label`, with a sampled-softmax run named as its method's cross-entropy run."""
-    return run_label({**run, "loss": "ce"}) if run.get("loss") == SAMPLED else run_label(run)
+    return run_label({**run, "loss": "ce"} if run.get("loss") == SAMPLED else run, base)
 
 
-def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, str], list[dict]], set]:
+def benchmark_groups(runs: list[dict], protocol: str,
+                     base: ExperimentSpec | None = None) -> tuple[dict[tuple[str, str], list[dict]], set]:
     """:func:`grouped`, with sampled-softmax runs counted as their method's cross-entropy runs.
 
     The complete benchmark trains with sampled softmax where full CE is too slow (the sparse datasets), so a
@@ -155,10 +159,10 @@ def benchmark_groups(runs: list[dict], protocol: str) -> tuple[dict[tuple[str, s
     used (CE on a tie): the one its neighbours in the column are comparable with. Returns the groups and the
     ``(label, dataset)`` cells whose runs used sampled softmax.
     """
-    groups = grouped(runs, protocol)
+    groups = grouped(runs, protocol, base)
     folded: dict[tuple[str, str], dict[str, list[dict]]] = {}
     for (_, dataset), rs in groups.items():
-        folded.setdefault((folded_label(rs[0]), dataset), {})[rs[0].get("loss") or ""] = rs
+        folded.setdefault((folded_label(rs[0], base), dataset), {})[rs[0].get("loss") or ""] = rs
     votes: dict[str, int] = {}  # per dataset: methods run with sampled softmax only minus those with CE only
     for (_, dataset), by_loss in folded.items():
         votes[dataset] = votes.get(dataset, 0) + (SAMPLED in by_loss) - ("ce" in by_loss)
@@ -182,14 +186,15 @@ def _method_order(labels: set[str]) -> list[str]:
 
 
 def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, ...] = ("ndcg@10", "hr@10"),
-               variants: bool = False) -> str:
+               variants: bool = False, base: ExperimentSpec | None = None) -> str:
     """Methods x datasets, ``mean ± std`` of each metric over seeds, best mean per dataset in bold; cells
     trained with sampled softmax instead of full CE carry a double dagger (see :func:`benchmark_groups`).
 
     Only the presets' configurations, or with ``variants=True`` only the others (another sequence length or
     model options; see :func:`run_label`). Cells whose weights were selected on another protocol's
-    validation (a run's ``--also-protocols`` rows, used only where no run was selected on this one) get a °."""
-    groups, sampled = benchmark_groups(runs, protocol)
+    validation (a run's ``--also-protocols`` rows, used only where no run was selected on this one) get a °.
+    ``base``: the settings the labels are relative to instead of the presets (see :func:`run_label`)."""
+    groups, sampled = benchmark_groups(runs, protocol, base)
     groups = {k: rs for k, rs in groups.items() if is_variant(k[0], rs[0]) == variants}
     if not groups:
         return f"_No {protocol} runs {'in other configurations ' if variants else ''}recorded yet._"
@@ -452,7 +457,7 @@ RKSA_KERNELS = ("c", "i", "u", "ci", "cu", "iu", "ciu")
 
 def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     """RKSA's kernel subsets side by side (the paper's Table 3) on each dataset where two or more were trained
-    the same way: validation NDCG@10 (what chooses a subset, methods.md A11; best in bold), test HR@10 / NDCG@10
+    the same way: validation NDCG@10 (what chooses a subset, docs/methods.md A11; best in bold), test HR@10 / NDCG@10
     under ``sampled100`` (the paper's protocol) and ``full``, means over the seeds every subset shown was run
     with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. ``""`` when no dataset
     has two subsets."""

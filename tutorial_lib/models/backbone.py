@@ -59,7 +59,7 @@ class Block(nn.Module):
         x = x + Dropout(Attn(LN(x)))
         x = x + Dropout(FFN(LN(x)))
 
-    ``layout="tf"`` (the released TF code, methods.md §2.1): queries from ``q = LN(x)`` but keys and
+    ``layout="tf"`` (the released TF code, docs/methods.md §2.1): queries from ``q = LN(x)`` but keys and
     values from the raw ``x``, residual from ``q``, the FFN residual from its normalised input, and
     padding positions zeroed after the block::
 
@@ -120,7 +120,7 @@ class SequentialRecommender(nn.Module):
             (RecBole's training; the only correct one for non-causal attention such as LightSANs' released code).
         causal: whether attention masks future positions (default: ``objective == "next"``).
         ffn_placement: ``"block"`` (a point-wise FFN in every block, the papers) or ``"stack"`` (the
-            blocks are attention only and one FFN follows the stack: FPARec's released code, methods.md §4.2).
+            blocks are attention only and one FFN follows the stack: FPARec's released code, docs/methods.md §4.2).
         tie_embeddings: score items with the input item embedding (SASRec and every paper here), or
             with a separate output table (``False``; see notebook 02: it lets the model stop recommending
             the items it has just read).

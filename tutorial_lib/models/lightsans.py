@@ -4,7 +4,7 @@
   attention, none added to the input).
 * ``lightsans-ape``: the same low-rank attention with absolute positions added to the input, as in SASRec.
 
-``compat=True`` switches to the released code's attention (methods.md §3.2: unmasked, non-causal
+``compat=True`` switches to the released code's attention (docs/methods.md §3.2: unmasked, non-causal
 aggregation, softmax over the sequence axis, its scales and initialisation) and to its training on
 prefix samples (``objective="last"``). The rest of the released model (post-LN blocks, GELU, an inner
 FFN width of 256, a LayerNorm on the input embeddings) is not reproduced: the blocks stay this course's.

@@ -4,7 +4,7 @@ The paper's design (default): pre-LN blocks whose attention is positional only, 
 point-wise FFN in every block, no position embedding added to the input (the positions live in the
 attention pattern), no output projection.
 
-``compat=True`` gives the released TF code's layout (methods.md §4.2): ``V`` from the un-normalised
+``compat=True`` gives the released TF code's layout (docs/methods.md §4.2): ``V`` from the un-normalised
 stream with the residual from ``LN(H)`` (SASRec's TF layout), absolute position embeddings still added
 to the input, dropout on the attention weights, and **one** FFN after the whole attention stack instead
 of one per block.

@@ -15,7 +15,7 @@ def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 
 
     ``layout="paper"``: pre-LN blocks with an output projection and dropout on the attention output
     (``attn_dropout=None`` means 0 there, so PyTorch's fused attention kernel is used).
-    ``layout="tf"``: the released TF code (methods.md §2.1): no output projection, keys/values from
+    ``layout="tf"``: the released TF code (docs/methods.md §2.1): no output projection, keys/values from
     the un-normalised input, residual from the normalised input and dropout on the attention weights
     (``attn_dropout=None`` means ``dropout`` there).
     """

@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -143,21 +144,24 @@ def _text(value: Any) -> str:
     return str(value).strip()
 
 
-def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
+def runs_frame(source: str | Path | Sequence[Mapping[str, Any]], base=None):
     """One row per run (the latest row of every ``run_id``) as a pandas DataFrame.
 
     ``source`` is a results CSV path or a list of rows (as :func:`~tutorial_lib.experiments.results.read_runs`
     returns them). Adds ``method`` (model, with the loss unless it is CE or sampled softmax, and what the run
     changed from the presets: ``report.run_label``), ``sampled`` (trained with sampled softmax, counted as its
-    method's CE run as in the README), ``config`` (everything that defines the run except its seed:
+    method's CE run as in the README), ``variant`` (another configuration than the presets: the README's
+    "Other configurations"), ``config`` (everything that defines the run except its seed:
     ``report.config_key``) and ``current`` (the run is one the README's tables use: the most recent
     configuration of its method, dataset and protocol, and, where a method has both, the loss most methods on
     that dataset used; only those are averaged as seeds). Metrics and times become floats, seeds and epochs
-    integers. An empty or missing file gives an empty frame with the usual columns.
+    integers. An empty or missing file gives an empty frame with the usual columns. ``base`` (an
+    ``ExperimentSpec``): label the methods relative to its settings instead of the presets, for a file whose runs
+    all share some overrides (a tiny live benchmark: ``"sasrec"``, not ``"sasrec (L=20, d_model=16)"``).
     """
     import pandas as pd
 
-    from ..experiments.report import SAMPLED, benchmark_groups, config_key, folded_label, latest_runs
+    from ..experiments.report import SAMPLED, benchmark_groups, config_key, folded_label, is_variant, latest_runs
     from ..experiments.results import RUN_COLUMNS, read_runs
 
     rows = read_runs(source) if isinstance(source, (str, Path)) else [dict(r) for r in source]
@@ -171,11 +175,13 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]]):
     for col in _INTEGER:
         frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
     sampled = [r.get("loss") == SAMPLED for r in runs]
-    frame.insert(0, "method", [folded_label(r) for r in runs])
+    frame.insert(0, "method", [folded_label(r, base) for r in runs])
+    frame["variant"] = pd.Series([is_variant(m, r) for m, r in zip(frame["method"], runs)], index=frame.index,
+                                 dtype=bool)
     frame["sampled"] = pd.Series(sampled, index=frame.index, dtype=bool)
     chosen = set()  # the README's choice of runs for each cell: report.benchmark_groups
     for protocol in {r.get("protocol") for r in runs}:
-        groups, _ = benchmark_groups(runs, protocol)
+        groups, _ = benchmark_groups(runs, protocol, base)
         chosen.update(id(r) for rs in groups.values() for r in rs)
     frame["current"] = pd.Series([id(r) in chosen for r in runs], index=frame.index, dtype=bool)
     return frame.reset_index(drop=True)
@@ -422,14 +428,17 @@ def _pretty(metric: str) -> str:
 
 
 def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", datasets: Sequence[str] | None = None,
-                     axes=None, title: str | None = None):
+                     axes=None, title: str | None = None, variants: bool = False):
     """One panel per dataset: a bar per method at the mean over seeds, the sample standard deviation as an
-    error bar, and every seed as a dot (current configurations only). Returns the figure."""
+    error bar, and every seed as a dot (current configurations only; the presets' configurations unless
+    ``variants``). Returns the figure."""
     import matplotlib.pyplot as plt
     import seaborn as sns
 
     sub = _current(frame, protocol)
     sub = sub[sub[metric].notna()]
+    if not variants and "variant" in sub:
+        sub = sub[~sub["variant"].astype(bool)]
     datasets = list(datasets) if datasets is not None else _order_datasets(sub["dataset"])
     if not datasets:
         raise ValueError(f"no {protocol} runs with {metric} to plot")
@@ -446,9 +455,7 @@ def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", dat
                     hue="method", hue_order=order, legend=False, alpha=0.8)
         sns.stripplot(data=d, x="method", y=metric, order=order, color="black", size=4, jitter=0.15, ax=ax)
         ax.set(title=dataset, xlabel="", ylabel=f"test {_pretty(metric)}")
-        ax.tick_params(axis="x", rotation=60)
-        for label in ax.get_xticklabels():
-            label.set_horizontalalignment("right")
+        ax.set_xticks(range(len(order)), [textwrap.fill(m, 16) for m in order], rotation=60, ha="right")
     fig = axes[0].figure
     fig.suptitle(title or f"Test {_pretty(metric)} ({protocol} ranking)\nbars = mean over seeds, error bars = "
                           "sample std, dots = single runs")

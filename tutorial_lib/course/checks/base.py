@@ -12,8 +12,10 @@ Outcomes of :func:`check_function`:
 from __future__ import annotations
 
 import copy
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,11 +24,29 @@ OK_MARK = "✅"
 TODO_MARK = "⏳"
 
 
-class CheckFailed(AssertionError):
+_CHECKS_DIR = str(Path(__file__).parent)
+
+
+class _ShortTraceback:
+    """How IPython shows a check's exception (its ``_render_traceback_`` hook): the message without the frames
+    of the check machinery; when the learner's own code raised, the frames of that code first."""
+
+    def _render_traceback_(self) -> list[str]:
+        lines = []
+        cause = self.__cause__
+        if cause is not None:
+            frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(_CHECKS_DIR)]
+            lines += ["Traceback of your code (most recent call last):",
+                      *"".join(traceback.format_list(frames)).rstrip("\n").splitlines(),
+                      f"{type(cause).__name__}: {cause}", ""]
+        return lines + [f"{type(self).__name__}: {self}"]
+
+
+class CheckFailed(_ShortTraceback, AssertionError):
     """The learner's code runs but does not do what the library does (the message says how)."""
 
 
-class ExerciseNotDone(NotImplementedError):
+class ExerciseNotDone(_ShortTraceback, NotImplementedError):
     """The learner's function is still the stub that raises ``NotImplementedError``."""
 
 
@@ -144,10 +164,11 @@ def _explain_arrays(a: np.ndarray, e: np.ndarray, name: str, atol: float, rtol: 
             msg += " (the same sizes in another order: a missing transpose or permute?)"
         elif a.ndim == e.ndim + 1 and a.shape[1:] == e.shape:
             msg += " (an extra leading dimension?)"
-        elif a.ndim + 1 == e.ndim and e.shape[1:] == a.shape:
-            msg += " (the batch dimension is missing?)"
         elif tuple(d for d in a.shape if d != 1) == tuple(d for d in e.shape if d != 1):
             msg += " (a dimension of size 1 too many or too few: keepdim, squeeze or unsqueeze?)"
+        elif a.ndim + 1 == e.ndim and (gone := [i for i in range(e.ndim) if e.shape[:i] + e.shape[i + 1:] == a.shape]):
+            msg += (" (the batch dimension is missing?)" if gone == [0] else
+                    f" (dimension {' or '.join(map(str, gone))} of the expected shape is missing?)")
         elif a.size == e.size:
             msg += " (the same number of elements: a reshape or view in the wrong layout?)"
         return msg
@@ -235,7 +256,14 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
     args, kwargs = copy.deepcopy(case.args), copy.deepcopy(case.kwargs)
     try:
         result = fn(*args, **kwargs)
-    except NotImplementedError:
+    except NotImplementedError as exc:
+        raised_in = traceback.extract_tb(exc.__traceback__)[-1].name
+        if raised_in not in (name, "<lambda>") and not raised_in.startswith("_"):   # a helper it calls
+            raise ExerciseNotDone(
+                f"{TODO_MARK} `{name}` calls `{raised_in}`, which still raises NotImplementedError (an earlier "
+                f"exercise not done yet?). Write `{raised_in}` first, run its cell, then run this check again; "
+                f"until then the notebook continues with the library's version{f' ({library})' if library else ''}."
+            ) from None
         raise ExerciseNotDone(not_done_message(name, library)) from None
     except Exception as exc:
         raise CheckFailed(

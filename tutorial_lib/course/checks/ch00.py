@@ -64,6 +64,8 @@ def _diagnose(case: Case, yours, expected) -> str | None:
     if np.array_equal(inputs, exp_tg) and np.array_equal(targets, exp_in):
         return "inputs and targets are swapped: inputs are the items seen so far, targets the item that comes next"
     if np.array_equal(inputs, exp_in) and len(y) == len(x):
+        if np.array_equal(targets, exp_tg):     # the values are right: what differs is the type, said above
+            return None
         return "the inputs are right; each target is the item that FOLLOWS the input at the same position"
     return None
 

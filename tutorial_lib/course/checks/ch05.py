@@ -303,7 +303,7 @@ _GAUSSIAN_HINTS = {
     "no_a": "the height a is missing: p_Δ = a·exp(-Δ²/b)",
     "positive": "the sign in the exponent is missing: exp(-Δ²/b) decays with the distance",
     "log": "you returned the logarithm of the bump: p_Δ itself is a·exp(-Δ²/b) (it is already the ln σ of Eq. 5)",
-    "off_by_one": ("the peak is one step off (at j = i + 1): the released code does this (methods.md §5.1), the "
+    "off_by_one": ("the peak is one step off (at j = i + 1): the released code does this (docs/methods.md §5.1), the "
                    "paper centres the bump at distance 0, Δ = i - j"),
     "off_by_one_minus": "the peak is one step off (at j = i - 1): centre the bump at distance 0, Δ = i - j",
     "no_exp": "the exponential is missing: p_Δ = a·exp(-Δ²/b)",
@@ -379,8 +379,8 @@ _BIASED_HINTS = {
     "multiplicative": ("you multiplied the logits by the bias. Eq. 5 multiplies exp(w_ij) by σ_ij, i.e. ADDS "
                        "p_{i-j} = ln σ_ij to the logit: softmax(w + p). Multiplying a negative logit by a "
                        "small factor RAISES it, so a multiplicative gate is no locality prior"),
-    "compat_gate": ("this is the released code's multiplicative gate logits·sigmoid(p/0.1) (methods.md §5.1), not "
-                    "the paper's Eq. 5: add the bias to the logits, softmax(q k^T / sqrt(d_h) + p)"),
+    "compat_gate": ("this is the released code's multiplicative gate logits·sigmoid(p/0.1) (docs/methods.md "
+                    "§5.1), not the paper's Eq. 5: add the bias to the logits, softmax(q k^T / sqrt(d_h) + p)"),
     "log_bias": ("you added ln(bias): the bias IS already the log-mask p_{i-j} = ln σ_ij of Eq. 5, add it as it is "
                  "(and a bias can be negative after training)"),
     "times_exp": "exp(w)·σ = exp(w + p): add p to the logits (before the softmax), do not multiply",

@@ -58,6 +58,8 @@ def mean_std_cases() -> list[Case]:
         Case(([0.1190, float("nan"), 0.1210],), label="a seed without a result (NaN) must be left out"),
         Case(([0.0573],), label="a single seed: the spread is unknown, so std is NaN"),
         Case((rng.uniform(0.05, 0.25, size=12).tolist(),), label="random values"),
+        Case(([],), label="no value at all: return (nan, nan, 0)"),
+        Case(([float("nan"), float("nan")],), label="no seed has a result (all NaN): return (nan, nan, 0)"),
     ]
 
 
@@ -77,6 +79,8 @@ def _diagnose_mean_std(case: Case, yours, expected) -> str | None:
         return "a NaN spoils the mean: drop the NaN values first (x = x[~np.isnan(x)])"
     if np.isnan(values).any() and n == values.size:
         return "n counts the seeds that have a result: do not count the NaN"
+    if finite.size == 0 and not (math.isnan(mean) and math.isnan(std) and n == 0):
+        return "with no value left, there is nothing to average: return (float('nan'), float('nan'), 0)"
     if finite.size == 1 and std == 0.0:
         return ("with a single seed the spread is unknown, not zero: return float('nan') for std "
                 "(np.std([x], ddof=1) would warn and give nan)")
@@ -104,7 +108,13 @@ def paired_t_cases() -> list[Case]:
         Case((a_users, users), label="200 users: per-user NDCG of two models"),
         Case((np.array([0.40, 0.10, 0.70, 0.25, 0.55]), np.array([0.38, 0.05, 0.69, 0.20, 0.52])),
              label="pairs that differ a lot between each other but little within a pair"),
+        Case(([0.5, 0.75, 0.25], [0.25, 0.5, 0.0]), label="every difference is 0.25: std_err = 0, so t = inf"),
+        Case(([0.5, 0.75], [0.5, 0.75]), label="no difference at all: std_err = 0 and mean 0, so t = nan"),
     ]
+
+
+def _t(mean: float, se: float) -> float:
+    return mean / se if se > 0 else (math.copysign(math.inf, mean) if mean else math.nan)
 
 
 def _paired_variants(a, b) -> dict[str, tuple[float, float, float]]:
@@ -112,16 +122,12 @@ def _paired_variants(a, b) -> dict[str, tuple[float, float, float]]:
     n, d = a.size, a - b
     m = float(d.mean())
     out = {}
-    se = float(math.sqrt(a.var(ddof=1) / n + b.var(ddof=1) / n))
-    out["unpaired"] = (m, se, m / se)
-    se = float(d.std(ddof=0) / math.sqrt(n))
-    out["ddof0"] = (m, se, m / se)
-    se = float(d.std(ddof=1))
-    out["no_sqrt_n"] = (m, se, m / se)
-    se = float(d.std(ddof=1) / n)
-    out["over_n"] = (m, se, m / se)
+    for key, se in (("unpaired", math.sqrt(a.var(ddof=1) / n + b.var(ddof=1) / n)),
+                    ("ddof0", d.std(ddof=0) / math.sqrt(n)), ("no_sqrt_n", d.std(ddof=1)),
+                    ("over_n", d.std(ddof=1) / n)):
+        out[key] = (m, float(se), _t(m, float(se)))
     se = float(d.std(ddof=1) / math.sqrt(n))
-    out["swapped"] = (-m, se, -m / se)
+    out["swapped"] = (-m, se, _t(-m, se))
     return out
 
 
@@ -147,6 +153,9 @@ def _diagnose_paired_t(case: Case, yours, expected) -> str | None:
         if np.allclose(got, values, rtol=1e-6, atol=1e-12):
             return _PAIRED_HINTS[key]
     if np.allclose(got[:2], np.asarray(expected[:2], float), rtol=1e-6, atol=1e-12):
+        if float(expected[1]) == 0.0:
+            return ("mean and standard error are right; with std_err = 0, t is inf with the sign of mean_diff, or "
+                    "nan when mean_diff is 0 too")
         return "mean and standard error are right; t = mean_diff / std_err"
     return None
 
