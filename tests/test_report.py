@@ -205,6 +205,8 @@ def test_rksa_kernel_subsets_are_variants_compared_on_the_seeds_they_share(tmp_p
         for protocol, scale in (("full", 1.0), ("sampled100", 10.0)):
             append_run({**base, "model": model, "seed": seed, "protocol": protocol, "hr@10": hr * scale,
                         "valid_ndcg@10": valid, "run_id": f"{model}{seed}"}, path)
+    append_run({**base, "model": "rksa-u", "seed": 42, "valid_ndcg@10": 0.04, "training": "epochs=5",
+                "run_id": "u"}, path)                                        # trained otherwise: not compared
     runs = report.latest_runs(report.read_runs(path))
     assert report.run_label(next(r for r in runs if r["model"] == "rksa-c")) == "rksa (bce, kernels=c)"
     main, others = report.main_table(runs), report.main_table(runs, variants=True)

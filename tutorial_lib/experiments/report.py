@@ -457,10 +457,10 @@ RKSA_KERNELS = ("c", "i", "u", "ci", "cu", "iu", "ciu")
 
 def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     """RKSA's kernel subsets side by side (the paper's Table 3) on each dataset where two or more were trained
-    the same way: validation NDCG@10 (what chooses a subset, docs/methods.md A11; best in bold), test HR@10 / NDCG@10
-    under ``sampled100`` (the paper's protocol) and ``full``, means over the seeds every subset shown was run
-    with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. ``""`` when no dataset
-    has two subsets."""
+    the same way: validation NDCG@10 (what chooses a subset, docs/methods.md A11; best in bold), test HR@10 /
+    NDCG@10 under ``sampled100`` (the paper's protocol) and ``full``, means over the seeds every subset shown
+    was run with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. ``""`` when no
+    dataset has two subsets."""
     groups = grouped(runs, HEADLINE)
     by_run = {(r.get("run_id"), r["protocol"]): r for r in runs}
     table3 = published(paper="RKSA", table="3")
@@ -478,8 +478,8 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
         for k in RKSA_KERNELS:
             model = "rksa" if k == "ciu" else f"rksa-{k}"
             rs = groups.get((run_label({"model": model, "dataset": dataset, "loss": loss}), dataset), [])
-            trained = {r.get("training") for _, first in found.values() for r in first[:1]}
-            if rs and (not trained or rs[0].get("training") in trained):     # trained as the first one shown
+            first = next(iter(found.values()), (None, rs))[1][0] if rs else None
+            if rs and rs[0].get("training") == first.get("training"):          # trained as the first one shown
                 found[k] = (model, rs)
         seeds = set.intersection(*({r.get("seed") for r in rs} for _, rs in found.values())) if found else set()
         if len(found) < 2 or not seeds:
