@@ -218,3 +218,21 @@ def test_rksa_kernel_subsets_are_variants_compared_on_the_seeds_they_share(tmp_p
     assert "| 0.5000 |" in rows["C+I+U"] and "0.4500" not in rows["C+I+U"]       # seed 42 only, the shared seed
     assert rows["C"].endswith("| 0.5015 | 0.5911 |")                             # the paper's Table 3
     assert report.rksa_kernel_table([r for r in runs if r["model"] == "rksa"]) == ""
+
+
+def test_rksa_is_compared_with_the_sasrec_trained_like_it_over_shared_seeds(tmp_path):
+    path = tmp_path / "runs.csv"
+    like = {"dataset": "video", "loss": "bce", "max_len": 50, "options": "n_heads=1 dropout=0.5"}
+    for model, seed, hr in (("sasrec", 42, 0.70), ("sasrec", 43, 0.72), ("rksa", 42, 0.77), ("rksa", 43, 0.79),
+                            ("rksa", 44, 0.10)):
+        for protocol, scale in (("full", 0.1), ("sampled100", 1.0)):
+            append_run({**ROW, **like, "model": model, "seed": seed, "protocol": protocol, "hr@10": hr * scale,
+                        "ndcg@10": hr * scale / 2, "run_id": f"{model}{seed}"}, path)
+    append_run({**ROW, **like, "model": "sasrec", "options": "dropout=0.5", "hr@10": 0.9, "run_id": "2heads"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    rows = report.rksa_table(runs).splitlines()[2:]
+    assert len(rows) == 2                                      # the two-head SASRec is not RKSA's comparison
+    assert rows[0].startswith("| video | bce | full | 2 | 0.0710 ± 0.0014 / 0.0355 ± 0.0007 | 0.0780 ± 0.0014")
+    assert "| +9.9% / +9.9% | — | — |" in rows[0]                # seed 44 has no SASRec run: left out
+    assert rows[1].endswith("| +9.9% / +9.9% | 0.7373 / 0.5385 | 0.7551 / 0.5495 |")   # the paper's Table 2
+    assert report.rksa_table([r for r in runs if r["model"] == "rksa"]) == ""

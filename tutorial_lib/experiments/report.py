@@ -452,6 +452,63 @@ def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
     return "\n".join(lines + data.note())
 
 
+def rksa_pairs(runs: list[dict]) -> list[tuple[str, str, list[dict], list[dict]]]:
+    """RKSA and the SASRec trained like it, per dataset and loss: ``(dataset, loss, sasrec_runs, rksa_runs)``
+    (headline-protocol rows, one per seed). SASRec's configuration is RKSA's presets (one head, dropout 0.5,
+    the latest 50 items) with BCE, the RKSA paper's shared setting, and the presets of each model with the
+    other losses (the complete benchmark's comparison)."""
+    groups = grouped(runs, HEADLINE)
+    out = []
+    for dataset in sorted({d for _, d in groups}):
+        for loss in ("bce", SAMPLED, "ce"):
+            mine = groups.get((run_label({"model": "rksa", "dataset": dataset, "loss": loss}), dataset), [])
+            if not mine:
+                continue
+            like = {}
+            if loss == "bce":   # SASRec with RKSA's presets
+                spec = ExperimentSpec(model="rksa", dataset=dataset)
+                like = {"max_len": spec.resolved_max_len(),
+                        "options": " ".join(f"{k}={v}" for k, v in spec.resolved_model_options().items())}
+            base = groups.get((run_label({"model": "sasrec", "dataset": dataset, "loss": loss, **like}), dataset), [])
+            if base:
+                out.append((dataset, loss, base, mine))
+    return out
+
+
+def rksa_table(runs: list[dict]) -> str:
+    """RKSA beside its SASRec (:func:`rksa_pairs`) under ``full`` and ``sampled100`` ranking: HR@10 / NDCG@10,
+    mean ± std over the seeds both were run with, RKSA's change over SASRec, and the RKSA paper's Table 2
+    (``sampled100``, mean of 5 runs) where it has the dataset. ``""`` when no pair has been run."""
+    by_run = {(r["run_id"], r["protocol"]): r for r in runs if r.get("run_id")}  # legacy rows: no link
+    paper = {(rec.dataset, rec.model, rec.metric): rec.value for rec in published(paper="RKSA", table="2")}
+    lines = ["| dataset | loss | protocol | seeds | SASRec HR@10 / NDCG@10 | RKSA HR@10 / NDCG@10 | change | "
+             "paper: SASRec | paper: RKSA |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for dataset, loss, base, mine in rksa_pairs(runs):
+        seeds = sorted({r.get("seed") for r in base} & {r.get("seed") for r in mine})
+        if not seeds:
+            continue
+        for protocol in ("full", "sampled100"):
+            pair = [[next((r if protocol == HEADLINE else by_run.get((r.get("run_id"), protocol))
+                           for r in rs if r.get("seed") == seed), None) for seed in seeds] for rs in (base, mine)]
+            if any(r is None for rs in pair for r in rs):
+                continue
+            cells = []
+            for rs in pair:
+                stats = [_mean_std([r[m] for r in rs]) for m in ("hr@10", "ndcg@10")]
+                cells.append(" / ".join(f"{mean:.4f}" + (f" ± {std:.4f}" if len(rs) > 1 else "") for mean, std in stats))
+            change = " / ".join(_relative(_mean_std([r[m] for r in pair[1]])[0], _mean_std([r[m] for r in pair[0]])[0])
+                                for m in ("hr@10", "ndcg@10"))
+            theirs = [" / ".join(f"{v:.4f}" for v in vals) if not any(map(math.isnan, vals)) else "—"
+                      for vals in ([paper.get((dataset, m, k), math.nan) for k in ("hr@10", "ndcg@10")]
+                                   for m in ("sasrec", "rksa"))]
+            theirs = theirs if protocol == "sampled100" and loss == "bce" else ["—", "—"]
+            lengths = [str(rs[0].get("max_len") or "") for rs in (base, mine)]
+            trained = loss if lengths[0] == lengths[1] else f"{loss} (SASRec L={lengths[0]}, RKSA L={lengths[1]})"
+            lines.append(f"| {dataset} | {trained} | {protocol} | {len(seeds)} | {cells[0]} | {cells[1]} | {change} | "
+                         f"{theirs[0]} | {theirs[1]} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 RKSA_KERNELS = ("c", "i", "u", "ci", "cu", "iu", "ciu")
 
 
@@ -462,7 +519,7 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     was run with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. ``""`` when no
     dataset has two subsets."""
     groups = grouped(runs, HEADLINE)
-    by_run = {(r.get("run_id"), r["protocol"]): r for r in runs}
+    by_run = {(r["run_id"], r["protocol"]): r for r in runs if r.get("run_id")}  # legacy rows: no link
     table3 = published(paper="RKSA", table="3")
     paper_sets = list(dict.fromkeys(rec.paper_dataset for rec in table3))
     paper = {(rec.model, rec.paper_dataset): rec.value for rec in table3}
@@ -498,6 +555,14 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     if len(lines) == 2:
         return ""
     return "\n".join(lines)
+
+
+def _rksa_section(runs: list[dict]) -> list[str]:
+    table = rksa_table(runs)
+    return ["**RKSA against SASRec trained the same way** (BCE: the RKSA paper's shared setting, one head, dropout "
+            "0.5, the latest 50 items, for both; sampled-ce: the complete benchmark, each model at its presets; "
+            "mean ± std over the seeds both were run with; change = RKSA over SASRec, HR@10 / NDCG@10):",
+            table] if table else []
 
 
 def _kernel_section(runs: list[dict]) -> list[str]:
@@ -587,6 +652,7 @@ def render_section(results: Path | None = None) -> str:
         "scorecard, other protocols and every run with its command are in [results/README.md](results/README.md)):",
         scorecard_table(runs, only_run=True),
         *_locker_section(runs),
+        *_rksa_section(runs),
         *_kernel_section(runs),
     ])
     return f"{START}\n{body}\n{END}"
@@ -656,6 +722,7 @@ def render_results_readme(results: Path | None = None) -> str:
               "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
               "`tutorial_lib/experiments/published.py`.", "", scorecard_table(runs),
               *(["", "## Locker's encoders against their backbone", "", "\n\n".join(locker)] if locker else []),
+              *(["", "## RKSA against SASRec", "", "\n\n".join(rksa)] if (rksa := _rksa_section(runs)) else []),
               *(["", "## RKSA's kernel subsets", "", "\n\n".join(kernels)] if (kernels := _kernel_section(runs))
                 else []),
               "", "## Every run", "", runs_table(rows), ""]
