@@ -101,3 +101,12 @@ def test_extra_protocols_rank_the_same_model_and_count_as_done(tmp_path, small_s
     assert float(rows[1]["hr@10"]) >= float(rows[0]["hr@10"])       # removing the history only helps the target
     nohist = replace(specs[0], protocol="full-nohist")
     assert nohist.run_id() != specs[0].run_id()                       # a run selected on nohist is another run
+
+
+def test_new_training_options_keep_the_ids_of_earlier_runs():
+    """Options added later (``lr_decay``) enter the run id only when set: the rows and checkpoints of runs made
+    before them (this id is a long ML-1M SASRec run's) stay finished or resumable."""
+    spec = ExperimentSpec(model="sasrec", dataset="ml-1m", epochs=800, eval_every=5, patience=30, seed=42)
+    assert spec.run_id() == "c98e650fa409"
+    decayed = replace(spec, lr_decay=3)
+    assert decayed.run_id() != spec.run_id() and decayed.training_options()["lr_decay"] == 3

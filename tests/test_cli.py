@@ -56,6 +56,17 @@ def _small_synthetic(seed=0):
     return make_synthetic(n_users=100, n_items=60, min_len=5, max_len=15, seed=seed)
 
 
+def test_lr_decay_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--lr-decay", "3", "--lr", "0.002") == 0
+    row = read_runs(tmp_path / "runs.csv")[0]
+    assert "lr_decay=3" in row["training"] and "--lr-decay 3" in row["command"]
+    with open(tmp_path / "curves" / f"sasrec_synthetic_ce_full_s42_{row['run_id']}.csv", newline="") as fh:
+        assert [float(r["lr"]) for r in csv.DictReader(fh)] == [0.002, 0.002]
+    assert train(tmp_path, "--lr-decay", "0") == 2
+    assert "lr_decay" in capsys.readouterr().err
+
+
 def test_unknown_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--model", "no-such-model") == 2

@@ -94,6 +94,33 @@ def test_early_stopping_with_a_real_evaluator(tiny_split):
     assert again == pytest.approx(result.best_valid, abs=1e-12)
 
 
+def test_lr_decay_halves_after_plateaus_and_survives_resume(tiny_split, tmp_path):
+    """Validation collapses after epoch 2: every 2nd validation without a gain halves the rate, until patience."""
+    ckpt = tmp_path / "decay.pt"
+    ev = ScriptedEvaluator(tiny_split, MAX_LEN, peak=2)
+    trainer = Trainer(make_model(tiny_split), tiny_split,
+                      config(epochs=6, patience=7, lr_decay=2, checkpoint=str(ckpt)), ev)
+    first = trainer.fit()
+    assert [h["lr"] for h in first.history] == [1e-2] * 4 + [5e-3] * 2
+    assert trainer.current_lr == 2.5e-3   # cut after epoch 6 (4 bad validations), used from epoch 7 on
+
+    ev = ScriptedEvaluator(tiny_split, MAX_LEN, peak=0)   # everything after the resume is worse
+    resumed = Trainer(make_model(tiny_split, seed=5), tiny_split,
+                      config(epochs=20, patience=7, lr_decay=2, checkpoint=str(ckpt)), ev)
+    assert resumed.current_lr == 1e-2     # before fit() reads the checkpoint
+    result = resumed.fit()
+    lrs = [h["lr"] for h in result.history]
+    assert lrs == [1e-2] * 4 + [5e-3] * 2 + [2.5e-3] * 2 + [1.25e-3]
+    assert result.stop_reason == "patience" and result.best_epoch == 2
+    assert resumed.optimizer.param_groups[0]["lr"] == 1.25e-3   # no cut on the stopping validation
+
+
+def test_constant_lr_without_decay(tiny_split):
+    ev = ScriptedEvaluator(tiny_split, MAX_LEN, peak=1)
+    result = Trainer(make_model(tiny_split), tiny_split, config(epochs=6, patience=10), ev).fit()
+    assert {h["lr"] for h in result.history} == {1e-2}
+
+
 def test_checkpoint_resume_equals_straight_training(tiny_split, tmp_path, monkeypatch):
     cfg = dict(epochs=4, patience=10)
     straight_model = make_model(tiny_split, dropout=0.3)
@@ -162,4 +189,8 @@ def test_bad_config():
         TrainConfig(epochs=0)
     with pytest.raises(ConfigError):
         TrainConfig(lr=0)
+    with pytest.raises(ConfigError, match="lr_decay"):
+        TrainConfig(lr_decay=0)
+    with pytest.raises(ConfigError, match="between 0 and 1"):
+        TrainConfig(lr_decay=3, lr_decay_factor=1.0)
     assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1

@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch-size", type=int, default=128)
     tr.add_argument("--lr", type=float, default=1e-3)
     tr.add_argument("--patience", type=int, default=10, help="validations without improvement before stopping")
+    tr.add_argument("--lr-decay", type=int, default=None, metavar="N",
+                    help="halve the learning rate after this many validations without improvement (default: constant)")
     tr.add_argument("--eval-every", type=int, default=1)
     tr.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users")
     tr.add_argument("--seed", type=int, default=42)
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "per batch, default 256); a model given with another @loss keeps its loss's default")
     bm.add_argument("--epochs", type=int, default=200)
     bm.add_argument("--patience", type=int, default=10)
+    bm.add_argument("--lr-decay", type=int, default=None, metavar="N",
+                    help="halve the learning rate after this many validations without improvement (default: constant)")
     bm.add_argument("--eval-every", type=int, default=1)
     bm.add_argument("--batch-size", type=int, default=128)
     bm.add_argument("--lr", type=float, default=1e-3)
@@ -132,7 +136,7 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     process_commit()  # pinned now: every row of this invocation records the code it imported
 
     base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols),
-                          epochs=args.epochs, patience=args.patience,
+                          epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, device=args.device,
                           progress=False if args.quiet else None, model_options=_model_options(args))
@@ -184,7 +188,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         model=args.model.lower(), dataset=args.dataset.lower(), loss=args.loss, protocol=args.protocol,
         also_protocols=tuple(args.also_protocols),
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
-        patience=args.patience, eval_every=args.eval_every, eval_users=args.eval_users,
+        patience=args.patience, lr_decay=args.lr_decay, eval_every=args.eval_every, eval_users=args.eval_users,
         n_negatives=args.negatives, device=args.device, precision=args.precision,
         bucketing=args.bucketing, weighting=args.weighting, mask_prob=args.mask_prob,
         time_budget=args.time_budget, model_options=options,

@@ -38,6 +38,7 @@ class ExperimentSpec:
     batch_size: int = 128
     lr: float = 1e-3
     patience: int = 10
+    lr_decay: int | None = None
     eval_every: int = 1
     eval_users: int | None = None
     n_negatives: int | None = None
@@ -87,7 +88,8 @@ class ExperimentSpec:
                 "eval_every": self.eval_every, "eval_users": self.eval_users, "n_negatives": self.n_negatives,
                 "precision": self.precision, "bucketing": self.bucketing, "weighting": self.weighting,
                 **({"mask_prob": self.resolved_mask_prob()} if self.model.startswith("bert4rec") else {}),
-                **({"time_budget": self.time_budget} if self.time_budget is not None else {})}
+                **({"time_budget": self.time_budget} if self.time_budget is not None else {}),
+                **({"lr_decay": self.lr_decay} if self.lr_decay is not None else {})}
 
     def run_id(self) -> str:
         """12 hex digits identifying everything that determines the result (not the device or file paths):
@@ -161,6 +163,7 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     evaluator = Evaluator(split, max_len, protocol)
     config = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, loss=spec.loss,
                          n_negatives=spec.n_negatives, eval_every=spec.eval_every, patience=spec.patience,
+                         lr_decay=spec.lr_decay,
                          seed=spec.seed, device=spec.device, precision=spec.precision, bucketing=spec.bucketing,
                          weighting=spec.weighting, mask_prob=spec.resolved_mask_prob(),
                          checkpoint=spec.checkpoint, time_budget=spec.time_budget, deadline=spec.deadline,

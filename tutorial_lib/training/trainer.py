@@ -42,6 +42,10 @@ class TrainConfig:
             (default 256).
         eval_every: validate every this many epochs.
         patience: stop after this many validations without improvement of ``select_metric``.
+        lr_decay: multiply the learning rate by ``lr_decay_factor`` after every ``lr_decay`` validations in a
+            row without improvement (``None``: a constant rate). The RKSA paper trains every method "with
+            learning rate decay and early stopping"; docs/methods.md A12 reads it as halving after 3.
+        lr_decay_factor: the factor of each decay (0 < factor < 1).
         select_metric: validation metric for early stopping and model selection.
         seed: seeds batching and negative sampling (seed model initialisation before building it).
         device: ``"auto"`` (CUDA, then MPS, then CPU) or an explicit device.
@@ -77,6 +81,8 @@ class TrainConfig:
     n_negatives: int | None = None
     eval_every: int = 1
     patience: int = 10
+    lr_decay: int | None = None
+    lr_decay_factor: float = 0.5
     select_metric: str = "ndcg@10"
     seed: int = 42
     device: str = "auto"
@@ -100,6 +106,12 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_every", "patience"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr_decay is not None and self.lr_decay < 1:
+            raise ConfigError(f"lr_decay (validations without improvement before the learning rate is cut) must "
+                              f"be >= 1 or None for a constant rate, got {self.lr_decay}")
+        if not 0 < self.lr_decay_factor < 1:
+            raise ConfigError(f"lr_decay_factor must be between 0 and 1 (0.5 halves the rate), "
+                              f"got {self.lr_decay_factor}")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.weighting not in WEIGHTINGS:
@@ -259,6 +271,18 @@ class Trainer:
         return total / max(n_batches, 1)
 
     # ------------------------------------------------------------------- the loop
+    @property
+    def current_lr(self) -> float:
+        """The learning rate of the next step (the optimizer's, so it survives a resume)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def decay_lr(self) -> None:
+        """Multiply every parameter group's learning rate by ``lr_decay_factor``."""
+        for group in self.optimizer.param_groups:
+            group["lr"] *= self.config.lr_decay_factor
+        if self.config.show_log:
+            tqdm.write(f"learning rate cut to {self.current_lr:.3g}")
+
     def _state(self, epoch: int, best: dict, history: list, train_seconds: float) -> dict:
         return {
             "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -294,7 +318,7 @@ class Trainer:
             loss = self.train_epoch(epoch)
             seconds = time.perf_counter() - t0
             train_seconds += seconds
-            row = {"epoch": epoch, "loss": loss, "seconds": seconds}
+            row = {"epoch": epoch, "loss": loss, "seconds": seconds, "lr": self.current_lr}
             if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
                 valid = self.evaluator.evaluate(self.model, "valid")
                 row.update({f"valid_{k}": v for k, v in valid.items() if k != "users"})
@@ -303,6 +327,8 @@ class Trainer:
                             "state": {k: v.detach().clone().cpu() for k, v in self.model.state_dict().items()}}
                 else:
                     best["bad"] += 1
+                    if cfg.lr_decay is not None and best["bad"] % cfg.lr_decay == 0 and best["bad"] < cfg.patience:
+                        self.decay_lr()
                 if cfg.show_log:
                     tqdm.write(f"epoch {epoch:3d}  loss {loss:.4f}  {seconds:5.1f}s  "
                                f"valid {cfg.select_metric} {valid[cfg.select_metric]:.4f}  "
