@@ -236,3 +236,23 @@ def test_rksa_is_compared_with_the_sasrec_trained_like_it_over_shared_seeds(tmp_
     assert "| +9.9% / +9.9% | — | — |" in rows[0]                # seed 44 has no SASRec run: left out
     assert rows[1].endswith("| +9.9% / +9.9% | 0.7373 / 0.5385 | 0.7551 / 0.5495 |")   # the paper's Table 2
     assert report.rksa_table([r for r in runs if r["model"] == "rksa"]) == ""
+
+
+def test_runs_with_a_learning_rate_decay_are_their_own_configuration_and_rksa_pair(tmp_path):
+    path = tmp_path / "runs.csv"
+    like = {"dataset": "video", "loss": "bce", "max_len": 50, "options": "n_heads=1 dropout=0.5"}
+    for model, decay, hr in (("sasrec", None, 0.70), ("rksa", None, 0.69), ("sasrec", 3, 0.71), ("rksa", 3, 0.75)):
+        training = "epochs=200 patience=10" + (f" lr_decay={decay}" if decay else "")
+        for protocol in ("full", "sampled100"):
+            append_run({**ROW, **like, "model": model, "seed": 42, "protocol": protocol, "hr@10": hr,
+                        "training": training, "run_id": f"{model}{decay}"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    decayed = next(r for r in runs if r["model"] == "rksa" and "lr_decay" in r["training"])
+    assert report.run_label(decayed) == "rksa (bce, lr_decay=3)" and report.lr_decay_of(decayed) == 3
+    assert report.run_label({**decayed, "training": "epochs=200"}) == "rksa (bce)"
+    rows = report.rksa_table(runs).splitlines()[2:]
+    assert [r.split(" | ")[1] for r in rows] == ["bce", "bce", "bce, lr decay 3", "bce, lr decay 3"]
+    assert "| 0.7000 / 0.1500 | 0.6900 / 0.1500 | -1.4% /" in rows[0]
+    assert "| 0.7100 / 0.1500 | 0.7500 / 0.1500 | +5.6% /" in rows[2]
+    assert rows[3].endswith("| 0.7373 / 0.5385 | 0.7551 / 0.5495 |")   # the paper trained with a decay too
+    assert "lr_decay" not in report.main_table(runs)                  # a variant, beside the presets' row

@@ -90,9 +90,18 @@ def run_label(run: dict, base: ExperimentSpec | None = None) -> str:
     # an option a row does not record, or records at the base model's default, is not a change
     preset_text = {k: str(v) for k, v in {**get_model_entry(model).options(), **preset}.items()}
     changes += [f"{k}={v}" for k, v in sorted(ran.items()) if v != preset_text.get(k)]
+    decay = lr_decay_of(run)   # a training schedule that changes the method, unlike the budget (epochs, patience)
+    if decay != spec.lr_decay:
+        changes.append(f"lr_decay={decay}")
     if not changes:
         return label
     return f"{label[:-1]}, {', '.join(changes)})" if label.endswith(")") else f"{label} ({', '.join(changes)})"
+
+
+def lr_decay_of(run: dict) -> int | None:
+    """The ``lr_decay`` a row's run trained with (``None``: a constant learning rate)."""
+    found = re.search(r"\blr_decay=(\d+)", run.get("training") or "")
+    return int(found.group(1)) if found else None
 
 
 def is_variant(label: str, run: dict) -> bool:
@@ -456,22 +465,28 @@ def rksa_pairs(runs: list[dict]) -> list[tuple[str, str, list[dict], list[dict]]
     """RKSA and the SASRec trained like it, per dataset and loss: ``(dataset, loss, sasrec_runs, rksa_runs)``
     (headline-protocol rows, one per seed). SASRec's configuration is RKSA's presets (one head, dropout 0.5,
     the latest 50 items) with BCE, the RKSA paper's shared setting, and the presets of each model with the
-    other losses (the complete benchmark's comparison)."""
+    other losses (the complete benchmark's comparison). Runs with a learning-rate decay are a pair of their own
+    (loss ``"bce, lr decay 3"``), beside those with a constant rate."""
     groups = grouped(runs, HEADLINE)
+    decays = sorted({lr_decay_of(r) for r in runs if r.get("model") == "rksa"}, key=lambda d: (d is not None, d))
     out = []
     for dataset in sorted({d for _, d in groups}):
         for loss in ("bce", SAMPLED, "ce"):
-            mine = groups.get((run_label({"model": "rksa", "dataset": dataset, "loss": loss}), dataset), [])
-            if not mine:
-                continue
-            like = {}
-            if loss == "bce":   # SASRec with RKSA's presets
-                spec = ExperimentSpec(model="rksa", dataset=dataset)
-                like = {"max_len": spec.resolved_max_len(),
-                        "options": " ".join(f"{k}={v}" for k, v in spec.resolved_model_options().items())}
-            base = groups.get((run_label({"model": "sasrec", "dataset": dataset, "loss": loss, **like}), dataset), [])
-            if base:
-                out.append((dataset, loss, base, mine))
+            for decay in decays:
+                schedule = {"training": f"lr_decay={decay}"} if decay is not None else {}
+                mine = groups.get((run_label({"model": "rksa", "dataset": dataset, "loss": loss, **schedule}),
+                                   dataset), [])
+                if not mine:
+                    continue
+                like = {}
+                if loss == "bce":   # SASRec with RKSA's presets
+                    spec = ExperimentSpec(model="rksa", dataset=dataset)
+                    like = {"max_len": spec.resolved_max_len(),
+                            "options": " ".join(f"{k}={v}" for k, v in spec.resolved_model_options().items())}
+                base = groups.get((run_label({"model": "sasrec", "dataset": dataset, "loss": loss, **like,
+                                              **schedule}), dataset), [])
+                if base:
+                    out.append((dataset, loss + (f", lr decay {decay}" if decay is not None else ""), base, mine))
     return out
 
 
@@ -501,7 +516,7 @@ def rksa_table(runs: list[dict]) -> str:
             theirs = [" / ".join(f"{v:.4f}" for v in vals) if not any(map(math.isnan, vals)) else "—"
                       for vals in ([paper.get((dataset, m, k), math.nan) for k in ("hr@10", "ndcg@10")]
                                    for m in ("sasrec", "rksa"))]
-            theirs = theirs if protocol == "sampled100" and loss == "bce" else ["—", "—"]
+            theirs = theirs if protocol == "sampled100" and loss.startswith("bce") else ["—", "—"]
             lengths = [str(rs[0].get("max_len") or "") for rs in (base, mine)]
             trained = loss if lengths[0] == lengths[1] else f"{loss} (SASRec L={lengths[0]}, RKSA L={lengths[1]})"
             lines.append(f"| {dataset} | {trained} | {protocol} | {len(seeds)} | {cells[0]} | {cells[1]} | {change} | "
