@@ -256,3 +256,20 @@ def test_runs_with_a_learning_rate_decay_are_their_own_configuration_and_rksa_pa
     assert "| 0.7100 / 0.1500 | 0.7500 / 0.1500 | +5.6% /" in rows[2]
     assert rows[3].endswith("| 0.7373 / 0.5385 | 0.7551 / 0.5495 |")   # the paper trained with a decay too
     assert "lr_decay" not in report.main_table(runs)                  # a variant, beside the presets' row
+
+
+def test_the_scorecard_prefers_a_run_trained_with_the_paper_s_learning_rate_decay(tmp_path):
+    path = tmp_path / "runs.csv"
+    like = {**ROW, "dataset": "video", "loss": "bce", "protocol": "sampled100", "max_len": 50,
+            "options": "n_heads=1 dropout=0.5"}
+    append_run({**like, "hr@10": 0.72, "training": "epochs=200", "date": "2026-02-01", "run_id": "constant"}, path)
+
+    def cell():
+        card = {(r["model"], r["metric"]): r for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))
+                if r["paper"] == "RKSA" and r["dataset"] == "video"}
+        return card[("sasrec", "hr@10")]
+
+    assert cell()["ours"] == 0.72 and "without the paper's lr_decay=3" in cell()["reason"]
+    append_run({**like, "hr@10": 0.73, "training": "epochs=200 lr_decay=3", "date": "2026-01-01", "run_id": "d"},
+               path)
+    assert cell()["ours"] == 0.73 and "lr_decay" not in cell()["reason"]   # the paper's setting, though older

@@ -294,10 +294,11 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         # cell also by sampled softmax (the benchmark's loss on the sparse data), noted below
         losses = {"ce": ("ce", SAMPLED), "bce": ("bce",), "": LOSS_PREFERENCE}.get(rec.loss, ("ce",))
         labels = [(loss, label) for loss in losses
-                  for label in (_paper_label(rec, loss), method_label(rec.model, loss))]
-        found = [(loss, rs) for loss, label in dict.fromkeys(labels)
+                  for label in (_paper_label(rec, loss, rec.training), _paper_label(rec, loss),
+                                method_label(rec.model, loss))]
+        found = [(loss, label, rs) for loss, label in dict.fromkeys(labels)
                  if (rs := by_protocol[rec.protocol].get((label, rec.dataset)))]
-        loss, ours = found[0] if found else (losses[0], [])
+        loss, label, ours = found[0] if found else (losses[0], "", [])
         mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
         reasons = []
         if not ours:
@@ -306,6 +307,8 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
         if ours and loss != (rec.loss or "ce"):
             reasons.append(f"ours trained with {loss}")
+        if ours and rec.training and label != _paper_label(rec, loss, rec.training):
+            reasons.append("ours trained without the paper's " + ", ".join(f"{k}={v}" for k, v in rec.training))
         if not rec.same_data:
             reasons.append("different dataset version")
         if rec.note:
@@ -316,9 +319,10 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
     return out
 
 
-def _paper_label(rec: Published, loss: str) -> str:
-    """The label our run in the paper's setting (``rec.options`` over the presets) has; see :func:`run_label`."""
-    if not rec.options or rec.dataset is None:
+def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], ...] = ()) -> str:
+    """The label our run in the paper's setting (``rec.options`` over the presets, trained with ``training``)
+    has; see :func:`run_label`."""
+    if rec.dataset is None or not (rec.options or training):
         return method_label(rec.model, loss)
     spec = ExperimentSpec(model=rec.model, dataset=rec.dataset)
     try:
@@ -326,7 +330,8 @@ def _paper_label(rec: Published, loss: str) -> str:
     except (KeyError, ValueError):
         return method_label(rec.model, loss)
     return run_label({"model": rec.model, "dataset": rec.dataset, "loss": loss,
-                      "options": " ".join(f"{k}={v}" for k, v in sorted(options.items()))})
+                      "options": " ".join(f"{k}={v}" for k, v in sorted(options.items())),
+                      "training": " ".join(f"{k}={v}" for k, v in training)})
 
 
 def scorecard_table(runs: list[dict], only_run: bool = False) -> str:
