@@ -477,17 +477,17 @@ def rksa_pairs(runs: list[dict]) -> list[tuple[str, str, list[dict], list[dict]]
     out = []
     for dataset in sorted({d for _, d in groups}):
         for loss in ("bce", SAMPLED, "ce"):
+            like = {}
+            if loss == "bce":   # SASRec with RKSA's presets
+                spec = ExperimentSpec(model="rksa", dataset=dataset)
+                like = {"max_len": spec.resolved_max_len(),
+                        "options": " ".join(f"{k}={v}" for k, v in spec.resolved_model_options().items())}
             for decay in decays:
                 schedule = {"training": f"lr_decay={decay}"} if decay is not None else {}
                 mine = groups.get((run_label({"model": "rksa", "dataset": dataset, "loss": loss, **schedule}),
                                    dataset), [])
                 if not mine:
                     continue
-                like = {}
-                if loss == "bce":   # SASRec with RKSA's presets
-                    spec = ExperimentSpec(model="rksa", dataset=dataset)
-                    like = {"max_len": spec.resolved_max_len(),
-                            "options": " ".join(f"{k}={v}" for k, v in spec.resolved_model_options().items())}
                 base = groups.get((run_label({"model": "sasrec", "dataset": dataset, "loss": loss, **like,
                                               **schedule}), dataset), [])
                 if base:
