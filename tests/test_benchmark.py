@@ -110,3 +110,19 @@ def test_new_training_options_keep_the_ids_of_earlier_runs():
     assert spec.run_id() == "c98e650fa409"
     decayed = replace(spec, lr_decay=3)
     assert decayed.run_id() != spec.run_id() and decayed.training_options()["lr_decay"] == 3
+
+
+def test_a_run_finished_by_another_invocation_meanwhile_is_not_repeated(tmp_path, small_synthetic):
+    specs = bm.plan([("sasrec", "ce"), ("fparec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY))
+    results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
+    messages = []
+
+    def log(message):
+        messages.append(message)
+        if message.startswith("starting sasrec"):   # meanwhile, another invocation finishes the FPARec run
+            bm.run_benchmark(specs[1:], "other", results=results, checkpoints=ckpts, log=lambda m: None)
+
+    final = bm.run_benchmark(specs, "first", results=results, checkpoints=ckpts, log=log)
+    assert [st.state for st in final] == ["done", "done"]
+    assert [(r["model"], r["command"]) for r in read_runs(results)] == [("fparec", "other"), ("sasrec", "first")]
+    assert not any(m.startswith("starting fparec") for m in messages)

@@ -141,14 +141,18 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
     """Run every unfinished spec in order, within ``time_budget`` seconds of wall-clock time.
 
     Returns the final status of every spec. Each finished run appends its row (with ``command``) and
-    writes its curve; a run paused by the budget keeps its checkpoint for the next invocation.
+    writes its curve; a run paused by the budget keeps its checkpoint for the next invocation. Whether a run is
+    finished is read from ``results`` just before it would start, so two invocations whose plans overlap (one
+    running the SASRec half of the other's plan, say) never train the same finished run twice.
     """
     results = Path(results) if results is not None else default_results_path()
     checkpoints = Path(checkpoints) if checkpoints is not None else project_root() / "runs" / "benchmark"
     checkpoints.mkdir(parents=True, exist_ok=True)
     deadline = None if time_budget is None else time.time() + time_budget
     data_cache: dict[str, object] = {}
-    for st in status(specs, results, checkpoints):
+    for planned in specs:
+        # read afresh before each run: another invocation sharing the results file may have finished it meanwhile
+        st = status([planned], results, checkpoints)[0]
         if st.state == "done":
             continue
         if deadline is not None and time.time() >= deadline:
