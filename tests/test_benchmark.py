@@ -2,6 +2,9 @@
 the time budget, and the presets it applies."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -126,3 +129,24 @@ def test_a_run_finished_by_another_invocation_meanwhile_is_not_repeated(tmp_path
     assert [st.state for st in final] == ["done", "done"]
     assert [(r["model"], r["command"]) for r in read_runs(results)] == [("fparec", "other"), ("sasrec", "first")]
     assert not any(m.startswith("starting fparec") for m in messages)
+
+
+def test_a_run_another_live_process_trains_is_skipped_and_a_dead_one_s_lock_is_taken_over(tmp_path, small_synthetic):
+    specs = bm.plan([("sasrec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY))
+    results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
+    ckpts.mkdir()
+    lock = bm.checkpoint_path(specs[0], ckpts).with_suffix(".lock")
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # "another invocation"
+    try:
+        lock.write_text(str(trainer.pid))
+        messages = []
+        final = bm.run_benchmark(specs, "x", results=results, checkpoints=ckpts, log=messages.append)
+        assert final[0].state == "pending" and "another process is training it" in messages[0]
+        assert lock.read_text() == str(trainer.pid)                  # its lock is left alone
+    finally:
+        trainer.kill()
+        trainer.wait()
+    final = bm.run_benchmark(specs, "x", results=results, checkpoints=ckpts, log=lambda m: None)
+    assert final[0].state == "done" and not lock.exists()            # the dead process's lock was taken over
+    assert bm.claim_run(ckpts / "other.pt") == ckpts / "other.lock"   # and a fresh claim writes our pid
+    assert (ckpts / "other.lock").read_text() == str(os.getpid())

@@ -9,6 +9,9 @@
   loss after an ``@`` (``sasrec@bce``).
 * **Resumable**: a run whose ``run_id`` already has a row in ``results/runs.csv`` is finished and skipped;
   an interrupted one continues from its checkpoint in ``runs/benchmark/`` (saved after every epoch).
+* **Parallel invocations** may share the results file and the checkpoints: a run is checked against the results
+  just before it starts, and a run being trained holds ``<checkpoint>.lock`` (its process id), which other
+  invocations skip; a lock whose process is gone is taken over.
 * **Time budget**: no run starts after the budget is spent, and the running one pauses at the end of its
   epoch (its checkpoint keeps everything; the next invocation resumes it). Only finished runs get a row.
 * **One store**: the rows (with the command, commit, hardware and versions) and the per-epoch curves in
@@ -16,6 +19,7 @@
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -135,6 +139,38 @@ def summary(statuses: Sequence[RunStatus]) -> str:
     return "\n".join(lines)
 
 
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    return True
+
+
+def claim_run(checkpoint: Path) -> Path | None:
+    """Create ``<checkpoint>.lock`` holding this process id and return it; ``None`` when a live process on this
+    machine holds the lock already (it is training this run). A lock left by a process that died is taken over."""
+    lock = Path(checkpoint).with_suffix(".lock")
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                holder = int(lock.read_text().strip())
+            except (OSError, ValueError):
+                holder = 0   # empty or half-written: treated as stale
+            if holder and holder != os.getpid() and _process_alive(holder):
+                return None
+            lock.unlink(missing_ok=True)
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(str(os.getpid()))
+        return lock
+    return None
+
+
 def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: float | None = None,
                   results: Path | None = None, checkpoints: Path | None = None,
                   log: Callable[[str], None] = print) -> list[RunStatus]:
@@ -159,22 +195,30 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
             log("time budget spent: stopping (rerun the same command to continue)")
             break
         spec = replace(st.spec, checkpoint=str(st.checkpoint), deadline=deadline)
-        log(f"{'resuming' if st.state == 'partial' else 'starting'} {spec.model} ({spec.loss}) on {spec.dataset}, "
-            f"seed {spec.seed}, run {spec.run_id()}")
-        data = data_cache.get(spec.dataset)
-        if data is None:
-            from .run import load_data
+        lock = claim_run(st.checkpoint)
+        if lock is None:
+            log(f"skipping {spec.model} ({spec.loss}) on {spec.dataset}, seed {spec.seed}: another process is "
+                f"training it ({Path(st.checkpoint).with_suffix('.lock')})")
+            continue
+        try:
+            log(f"{'resuming' if st.state == 'partial' else 'starting'} {spec.model} ({spec.loss}) on "
+                f"{spec.dataset}, seed {spec.seed}, run {spec.run_id()}")
+            data = data_cache.get(spec.dataset)
+            if data is None:
+                from .run import load_data
 
-            data_cache.clear()  # keep one dataset in memory
-            data = data_cache[spec.dataset] = load_data(spec)
-        result = run_experiment(spec, dataset=data)
-        if not result.train.finished:
-            log(f"paused after epoch {result.train.epochs_run} (time budget); checkpoint {st.checkpoint}")
-            break
-        for row in result.rows(command):
-            append_run(row, results)
-        write_curve(result.train.history, curve_path(results, spec.tag(), spec.run_id()))
-        Path(st.checkpoint).unlink(missing_ok=True)
+                data_cache.clear()  # keep one dataset in memory
+                data = data_cache[spec.dataset] = load_data(spec)
+            result = run_experiment(spec, dataset=data)
+            if not result.train.finished:
+                log(f"paused after epoch {result.train.epochs_run} (time budget); checkpoint {st.checkpoint}")
+                break
+            for row in result.rows(command):
+                append_run(row, results)
+            write_curve(result.train.history, curve_path(results, spec.tag(), spec.run_id()))
+            Path(st.checkpoint).unlink(missing_ok=True)
+        finally:
+            lock.unlink(missing_ok=True)
         log(f"done: test HR@10 {result.test['hr@10']:.4f} NDCG@10 {result.test['ndcg@10']:.4f} "
             f"({result.train.epochs_run} epochs, {result.train.seconds_per_epoch:.1f} s/epoch, stopped: "
             f"{result.train.stop_reason})")
@@ -182,4 +226,4 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
 
 
 __all__ = ["BENCHMARK_MODELS", "BENCHMARK_DATASETS", "parse_models", "parse_datasets", "plan", "status", "summary",
-           "run_benchmark", "RunStatus"]
+           "run_benchmark", "claim_run", "RunStatus"]
