@@ -10,7 +10,10 @@ with and without that one item in the ranking.
     python benchmarks/tied_embeddings.py --variant sasrec --variant sasrec:layout=tf,embedding_scale=false
 
 ``--variant NAME[:KEY=VALUE,...]`` (repeatable) diagnoses other registered models or options instead of the
-default pair.
+default pair. ``--trained PATH`` (repeatable) diagnoses models that finished runs kept in ``runs/models/``
+(the benchmark and ``train`` write them) instead of training any:
+
+    python benchmarks/tied_embeddings.py --trained runs/models/sasrec_ml-1m_ce_full_s42_c98e650fa409.pt
 
 Prints a Markdown table (and writes it with its provenance when ``--out`` is given).
 """
@@ -25,6 +28,8 @@ from tutorial_lib.cli import parse_option
 from tutorial_lib.data import leave_one_out, load_or_synthetic
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.evaluation.diagnostics import last_item_diagnosis
+from tutorial_lib.experiments.artifacts import load_trained
+from tutorial_lib.experiments.run import ExperimentSpec, load_data
 from tutorial_lib.experiments.results import git_commit, publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
@@ -48,9 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--variant", action="append", default=None, metavar="NAME[:KEY=VALUE,...]",
                         help="a model and its options (repeatable; default: sasrec and sasrec-untied)")
+    parser.add_argument("--trained", action="append", default=None, metavar="PATH",
+                        help="diagnose this kept model (runs/models/*.pt) instead of training (repeatable)")
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
     commit = git_commit()  # the code that runs, even if the checkout changes while it trains
+    if args.trained:
+        return diagnose_trained(args.trained, args.out, commit)
     data = load_or_synthetic(args.dataset, n_users=1000, n_items=500, max_len=100)
     split = leave_one_out(data)
     evaluator = Evaluator(split, args.max_len)
@@ -75,6 +84,32 @@ def main(argv: list[str] | None = None) -> int:
                      f"{d['ndcg@10_without_last']:.4f} | {seconds:.1f} |")
         print(lines[-1], flush=True)
     publish_table(lines, args.out, commit=commit)
+    return 0
+
+
+def diagnose_trained(paths: list[str], out: str | None, commit: str) -> int:
+    """The same table for models that finished runs kept (their own dataset, max_len and options)."""
+    loaded = [(path, *load_trained(path)) for path in paths]
+    datasets = {meta["dataset"] for _, _, meta in loaded}
+    if len(datasets) != 1:
+        raise SystemExit(f"--trained models must come from one dataset, got {sorted(datasets)}")
+    data = load_data(ExperimentSpec(dataset=datasets.pop()))
+    split = leave_one_out(data)
+    lines = [f"Repeat diagnosis on {data.name}, test users, full ranking with the history kept; models kept by "
+             "finished runs (the weights each run selected on validation).", "",
+             "| model | options | run | median rank of the last input item | last input item in top 10 | "
+             "target = last input item | test NDCG@10 | NDCG@10 without the last input item |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for path, model, meta in loaded:
+        if hasattr(model, "prepare"):
+            model.prepare(split)  # RKSA's co-occurrence counts
+        d = last_item_diagnosis(Evaluator(split, meta["max_len"]), model, "test")
+        options = " ".join(f"{k}={v}" for k, v in sorted(meta["options"].items()))
+        lines.append(f"| {meta['model']} | {options} | {meta['run_id']} | {d['last_item_median_rank']:.0f} | "
+                     f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
+                     f"{d['ndcg@10_without_last']:.4f} |")
+        print(lines[-1], flush=True)
+    publish_table(lines, out, commit=commit)
     return 0
 
 

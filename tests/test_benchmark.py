@@ -64,7 +64,9 @@ def test_finished_runs_are_recorded_once_and_skipped(tmp_path, small_synthetic):
     assert {r["run_id"] for r in rows} == {s.run_id() for s in specs}
     for s in specs:
         assert (tmp_path / "curves" / f"{s.tag()}_{s.run_id()}.csv").exists()
-    assert not list(ckpts.glob("*.pt"))                       # finished runs leave no checkpoint
+    assert not list(ckpts.glob("*.pt"))                       # finished runs leave no checkpoint,
+    for s in specs:                                            # but keep the model they selected
+        assert (tmp_path / "models" / f"{s.tag()}_{s.run_id()}.pt").exists()
     bm.run_benchmark(specs, "again", results=results, checkpoints=ckpts, log=lambda m: None)
     assert len(read_runs(results)) == 2                       # nothing repeated
     assert "2 done" in bm.summary(final)

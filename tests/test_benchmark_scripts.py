@@ -36,6 +36,23 @@ def test_tied_embeddings_takes_variants_with_options(tmp_path):
     assert "| sasrec:layout=tf,n_heads=1 | 1 |" in table and "| sasrec-untied |" not in table
 
 
+def test_tied_embeddings_diagnoses_models_kept_by_finished_runs(tmp_path, monkeypatch):
+    from tutorial_lib.data import make_synthetic
+    from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
+
+    data = make_synthetic(n_users=60, n_items=40, min_len=5, max_len=12, seed=0)
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", lambda seed=0: data)
+    paths = [run_experiment(ExperimentSpec(model=m, epochs=1, max_len=10, eval_users=30, progress=False,
+                                           model_options={"d_model": 8})).save_model(tmp_path / "models")
+             for m in ("sasrec", "rksa")]
+    out = tmp_path / "tied.md"
+    script = load_script("tied_embeddings")
+    assert script.main(["--trained", str(paths[0]), "--trained", str(paths[1]), "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| sasrec |") or
+            line.startswith("| rksa |")]
+    assert len(rows) == 2 and "d_model=8" in rows[0] and paths[1].stem.split("_")[-1] in rows[1]
+
+
 def test_optimizer_step_times_every_implementation(tmp_path):
     out = tmp_path / "adam.md"
     assert load_script("optimizer_step").main(["--steps", "2", "--out", str(out)]) == 0

@@ -8,6 +8,7 @@ import pytest
 from tutorial_lib.cli import main
 from tutorial_lib.data import dataset_names
 from tutorial_lib.experiments import RUN_COLUMNS, append_run, read_runs
+from tutorial_lib.experiments.artifacts import load_trained
 from tutorial_lib.models import model_names
 
 TINY = ["--epochs", "2", "--max-len", "10", "--d-model", "8", "--eval-users", "100", "--quiet"]
@@ -43,6 +44,10 @@ def test_synthetic_run_appends_one_complete_row(tmp_path, capsys):
         lines = list(csv.DictReader(fh))
     assert [r["epoch"] for r in lines] == ["1", "2"] and "valid_ndcg@10" in lines[0]
     assert (tmp_path / "ckpt.pt").exists()
+    saved = tmp_path / "models" / f"sasrec_synthetic_ce_full_s42_{row['run_id']}.pt"
+    assert f"trained model in {saved}" in out
+    model, meta = load_trained(saved)
+    assert meta["run_id"] == row["run_id"] and meta["options"]["d_model"] == 8 and meta["max_len"] == 10
 
 
 def test_no_results_flag(tmp_path, monkeypatch, capsys):

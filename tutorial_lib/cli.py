@@ -210,6 +210,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{stage:10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
     for protocol, m in result.also.items():
         print(f"test, {protocol}:\n{'':10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
+    print(f"trained model in {result.save_model(checkpoint.parent / 'models')}")  # runs/models by default
     if not args.no_results:
         command = "python -m tutorial_lib " + shlex.join(argv)
         rows = result.rows(command)

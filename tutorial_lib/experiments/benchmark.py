@@ -14,6 +14,8 @@
   invocations skip; a lock whose process is gone is taken over.
 * **Time budget**: no run starts after the budget is spent, and the running one pauses at the end of its
   epoch (its checkpoint keeps everything; the next invocation resumes it). Only finished runs get a row.
+* **Trained models kept**: a finished run's checkpoint is deleted, and the weights it selected are kept in
+  ``runs/models/<tag>_<run_id>.pt`` (:func:`~tutorial_lib.experiments.artifacts.load_trained` rebuilds it).
 * **One store**: the rows (with the command, commit, hardware and versions) and the per-epoch curves in
   ``results/curves/``, the same format on CPU and GPU (device ``auto``).
 """
@@ -101,6 +103,11 @@ class RunStatus:
 
 def checkpoint_path(spec: ExperimentSpec, folder: Path) -> Path:
     return folder / f"{spec.tag()}_{spec.run_id()}.pt"
+
+
+def models_folder(checkpoints: Path) -> Path:
+    """Where finished runs keep their selected model: ``runs/models`` beside ``runs/benchmark``."""
+    return Path(checkpoints).parent / "models"
 
 
 def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path) -> list[RunStatus]:
@@ -216,6 +223,7 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
             for row in result.rows(command):
                 append_run(row, results)
             write_curve(result.train.history, curve_path(results, spec.tag(), spec.run_id()))
+            result.save_model(models_folder(checkpoints))
             Path(st.checkpoint).unlink(missing_ok=True)
         finally:
             lock.unlink(missing_ok=True)

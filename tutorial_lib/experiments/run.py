@@ -5,6 +5,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -17,6 +18,7 @@ from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
 from ..utils.seeding import seed_everything
 from ..models.registry import get_model_entry
+from .artifacts import save_trained, trained_model_path
 from .presets import dataset_defaults, method_preset
 from .results import hardware_description, now_iso, process_commit
 
@@ -120,6 +122,15 @@ class ExperimentResult:
     model: torch.nn.Module
     commit: str = ""
     also: dict[str, dict[str, float]] = field(default_factory=dict)
+    n_items: int = 0
+    n_users: int | None = None
+
+    def save_model(self, folder: str | Path) -> Path:
+        """Write the selected model to ``<folder>/<tag>_<run_id>.pt`` (see :mod:`.artifacts`); return the path."""
+        s = self.spec
+        return save_trained(trained_model_path(folder, s.tag(), s.run_id()), self.model, model_name=s.model,
+                            options=s.resolved_model_options(), n_items=self.n_items, n_users=self.n_users,
+                            max_len=s.resolved_max_len(), dataset=s.dataset, run_id=s.run_id())
 
     def rows(self, command: str) -> list[dict]:
         """The ``results/runs.csv`` rows of this run: its protocol, then each of ``spec.also_protocols``
@@ -178,7 +189,8 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
             if other != spec.protocol:
                 ev = Evaluator(split, max_len, EvalProtocol(other, max_users=spec.eval_users, seed=EVAL_SEED))
                 also[other] = ev.evaluate(trainer.model, "test")
-    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model, commit, also)
+    return ExperimentResult(spec, result, valid, test, trainer.device, trainer.model, commit, also,
+                            n_items=data.n_items, n_users=data.n_users)
 
 
 __all__ = ["ExperimentSpec", "ExperimentResult", "run_experiment", "load_data", "SYNTHETIC"]
