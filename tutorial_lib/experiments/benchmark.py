@@ -162,7 +162,7 @@ def claim_run(checkpoint: Path) -> Path | None:
     lock = Path(checkpoint).with_suffix(".lock")
     for _ in range(2):
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             try:
                 holder = int(lock.read_text().strip())
