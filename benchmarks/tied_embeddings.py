@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def diagnose_trained(paths: list[str], out: str | None, commit: str) -> int:
     """The same table for models that finished runs kept (their own dataset, max_len and options)."""
-    loaded = [(path, *load_trained(path)) for path in paths]
-    datasets = {meta["dataset"] for _, _, meta in loaded}
+    loaded = [load_trained(path) for path in paths]
+    datasets = {meta["dataset"] for _, meta in loaded}
     if len(datasets) != 1:
         raise SystemExit(f"--trained models must come from one dataset, got {sorted(datasets)}")
     data = load_data(ExperimentSpec(dataset=datasets.pop()))
@@ -100,7 +100,7 @@ def diagnose_trained(paths: list[str], out: str | None, commit: str) -> int:
              "| model | options | run | median rank of the last input item | last input item in top 10 | "
              "target = last input item | test NDCG@10 | NDCG@10 without the last input item |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
-    for path, model, meta in loaded:
+    for model, meta in loaded:
         if hasattr(model, "prepare"):
             model.prepare(split)  # RKSA's co-occurrence counts
         d = last_item_diagnosis(Evaluator(split, meta["max_len"]), model, "test")
