@@ -233,9 +233,16 @@ def test_rksa_is_compared_with_the_sasrec_trained_like_it_over_shared_seeds(tmp_
     rows = report.rksa_table(runs).splitlines()[2:]
     assert len(rows) == 2                                      # the two-head SASRec is not RKSA's comparison
     assert rows[0].startswith("| video | bce | full | 2 | 0.0710 ± 0.0014 / 0.0355 ± 0.0007 | 0.0780 ± 0.0014")
-    assert "| +9.9% / +9.9% | — | — |" in rows[0]                # seed 44 has no SASRec run: left out
-    assert rows[1].endswith("| +9.9% / +9.9% | 0.7373 / 0.5385 | 0.7551 / 0.5495 |")   # the paper's Table 2
+    # seed 44 has no SASRec run: left out; the same difference with both seeds: a zero-width interval
+    assert "| +9.9% / +9.9% | [+9.9, +9.9]% / [+9.9, +9.9]% | — | — |" in rows[0]
+    assert rows[1].endswith("| +9.9% / +9.9% | [+9.9, +9.9]% / [+9.9, +9.9]% | 0.7373 / 0.5385 | 0.7551 / 0.5495 |")
     assert report.rksa_table([r for r in runs if r["model"] == "rksa"]) == ""
+
+
+def test_the_paired_interval_of_a_change_is_in_per_cent_of_the_base():
+    # differences 0.02, 0.01, 0.01: mean 0.01333, se 0.00333, t(2) = 4.303 -> [-0.00101, +0.02768]; base mean 0.10667
+    assert report._paired_interval([0.12, 0.13, 0.11], [0.10, 0.12, 0.10]) == "[-0.9, +25.9]%"
+    assert report._paired_interval([0.12], [0.10]) == "—"                # one seed: no interval
 
 
 def test_runs_with_a_learning_rate_decay_are_their_own_configuration_and_rksa_pair(tmp_path):

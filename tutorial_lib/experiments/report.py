@@ -354,6 +354,19 @@ def _relative(value: float, base: float) -> str:
     return "—" if math.isnan(value) or math.isnan(base) or base == 0 else f"{value / base - 1:+.1%}"
 
 
+def _paired_interval(values: list, base: list) -> str:
+    """The paired 95% interval (Student's t over the seeds) of ``values - base``, in per cent of ``base``'s
+    mean: ``"[-2.1, +0.4]%"``; ``"—"`` with fewer than two pairs (no interval from one seed)."""
+    from ..viz.benchmark import paired_ci   # the course's one paired test (notebook 07 builds it)
+
+    a, b = [float(v) for v in values], [float(v) for v in base]
+    mean = _mean_std(b)[0]
+    if len(a) < 2 or math.isnan(mean) or mean == 0:
+        return "—"
+    ci = paired_ci(a, b)
+    return f"[{ci['low'] / mean:+.1%}, {ci['high'] / mean:+.1%}]".replace("%", "") + "%"
+
+
 LOCKER_PAIRS = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
 
 
@@ -502,7 +515,8 @@ def rksa_table(runs: list[dict]) -> str:
     by_run = {(r["run_id"], r["protocol"]): r for r in runs if r.get("run_id")}  # legacy rows: no link
     paper = {(rec.dataset, rec.model, rec.metric): rec.value for rec in published(paper="RKSA", table="2")}
     lines = ["| dataset | loss | protocol | seeds | SASRec HR@10 / NDCG@10 | RKSA HR@10 / NDCG@10 | change | "
-             "paper: SASRec | paper: RKSA |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "paired 95% interval of the change | paper: SASRec | paper: RKSA |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for dataset, loss, base, mine in rksa_pairs(runs):
         seeds = sorted({r.get("seed") for r in base} & {r.get("seed") for r in mine})
         if not seeds:
@@ -518,6 +532,8 @@ def rksa_table(runs: list[dict]) -> str:
                 cells.append(" / ".join(f"{mean:.4f}" + (f" ± {std:.4f}" if len(rs) > 1 else "") for mean, std in stats))
             change = " / ".join(_relative(_mean_std([r[m] for r in pair[1]])[0], _mean_std([r[m] for r in pair[0]])[0])
                                 for m in ("hr@10", "ndcg@10"))
+            interval = " / ".join(_paired_interval([r[m] for r in pair[1]], [r[m] for r in pair[0]])
+                                  for m in ("hr@10", "ndcg@10"))
             theirs = [" / ".join(f"{v:.4f}" for v in vals) if not any(map(math.isnan, vals)) else "—"
                       for vals in ([paper.get((dataset, m, k), math.nan) for k in ("hr@10", "ndcg@10")]
                                    for m in ("sasrec", "rksa"))]
@@ -525,7 +541,7 @@ def rksa_table(runs: list[dict]) -> str:
             lengths = [str(rs[0].get("max_len") or "") for rs in (base, mine)]
             trained = loss if lengths[0] == lengths[1] else f"{loss} (SASRec L={lengths[0]}, RKSA L={lengths[1]})"
             lines.append(f"| {dataset} | {trained} | {protocol} | {len(seeds)} | {cells[0]} | {cells[1]} | {change} | "
-                         f"{theirs[0]} | {theirs[1]} |")
+                         f"{interval} | {theirs[0]} | {theirs[1]} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
@@ -581,7 +597,8 @@ def _rksa_section(runs: list[dict]) -> list[str]:
     table = rksa_table(runs)
     return ["**RKSA against SASRec trained the same way** (BCE: the RKSA paper's shared setting, one head, dropout "
             "0.5, the latest 50 items, for both; sampled-ce: the complete benchmark, each model at its presets; "
-            "mean ± std over the seeds both were run with; change = RKSA over SASRec, HR@10 / NDCG@10):",
+            "mean ± std over the seeds both were run with; change = RKSA over SASRec, HR@10 / NDCG@10, with its paired "
+            "95% interval over those seeds (Student's t; an interval that contains 0 shows no difference beyond the seed noise)):",
             table] if table else []
 
 
