@@ -364,7 +364,7 @@ def _paired_interval(values: list, base: list) -> str:
     if len(a) < 2 or math.isnan(mean) or mean == 0:
         return "—"
     ci = paired_ci(a, b)
-    return f"[{ci['low'] / mean:+.1%}, {ci['high'] / mean:+.1%}]".replace("%", "") + "%"
+    return f"[{100 * ci['low'] / mean:+.1f}, {100 * ci['high'] / mean:+.1f}]%"
 
 
 LOCKER_PAIRS = [("sasrec", "bert4rec"), *((f"locker-{e}", f"bert4rec-locker-{e}") for e in LOCKER_ENCODERS)]
