@@ -156,10 +156,15 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+def lock_path(checkpoint: Path) -> Path:
+    """``<checkpoint>.lock``: held by the process that trains the run."""
+    return Path(checkpoint).with_suffix(".lock")
+
+
 def claim_run(checkpoint: Path) -> Path | None:
     """Create ``<checkpoint>.lock`` holding this process id and return it; ``None`` when a live process on this
     machine holds the lock already (it is training this run). A lock left by a process that died is taken over."""
-    lock = Path(checkpoint).with_suffix(".lock")
+    lock = lock_path(checkpoint)
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -205,7 +210,7 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
         lock = claim_run(st.checkpoint)
         if lock is None:
             log(f"skipping {spec.model} ({spec.loss}) on {spec.dataset}, seed {spec.seed}: another process is "
-                f"training it ({Path(st.checkpoint).with_suffix('.lock')})")
+                f"training it ({lock_path(st.checkpoint)})")
             continue
         try:
             log(f"{'resuming' if st.state == 'partial' else 'starting'} {spec.model} ({spec.loss}) on "

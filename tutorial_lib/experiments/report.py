@@ -530,10 +530,9 @@ def rksa_table(runs: list[dict]) -> str:
             for rs in pair:
                 stats = [_mean_std([r[m] for r in rs]) for m in ("hr@10", "ndcg@10")]
                 cells.append(" / ".join(f"{mean:.4f}" + (f" ± {std:.4f}" if len(rs) > 1 else "") for mean, std in stats))
-            change = " / ".join(_relative(_mean_std([r[m] for r in pair[1]])[0], _mean_std([r[m] for r in pair[0]])[0])
-                                for m in ("hr@10", "ndcg@10"))
-            interval = " / ".join(_paired_interval([r[m] for r in pair[1]], [r[m] for r in pair[0]])
-                                  for m in ("hr@10", "ndcg@10"))
+            per_metric = [([r[m] for r in pair[1]], [r[m] for r in pair[0]]) for m in ("hr@10", "ndcg@10")]
+            change = " / ".join(_relative(_mean_std(a)[0], _mean_std(b)[0]) for a, b in per_metric)
+            interval = " / ".join(_paired_interval(a, b) for a, b in per_metric)
             theirs = [" / ".join(f"{v:.4f}" for v in vals) if not any(map(math.isnan, vals)) else "—"
                       for vals in ([paper.get((dataset, m, k), math.nan) for k in ("hr@10", "ndcg@10")]
                                    for m in ("sasrec", "rksa"))]
@@ -597,8 +596,9 @@ def _rksa_section(runs: list[dict]) -> list[str]:
     table = rksa_table(runs)
     return ["**RKSA against SASRec trained the same way** (BCE: the RKSA paper's shared setting, one head, dropout "
             "0.5, the latest 50 items, for both; sampled-ce: the complete benchmark, each model at its presets; "
-            "mean ± std over the seeds both were run with; change = RKSA over SASRec, HR@10 / NDCG@10, with its paired "
-            "95% interval over those seeds (Student's t; an interval that contains 0 shows no difference beyond the seed noise)):",
+            "mean ± std over the seeds both were run with; change = RKSA over SASRec, HR@10 / NDCG@10, with its "
+            "paired 95% interval over those seeds (Student's t; an interval that contains 0 shows no difference "
+            "beyond the seed noise)):",
             table] if table else []
 
 
