@@ -83,3 +83,27 @@ def test_order_sensitivity_jitters_only_the_training_items_and_reports_each_orde
                         "--out", str(out)]) == 0
     table = out.read_text()
     assert "| as it is | 100.0% | 1 |" in table and "| jitter 3 |" in table and "commit:" in table
+
+
+def test_sampled_negatives_compares_both_rules(tmp_path, monkeypatch):
+    from tutorial_lib.data import make_synthetic
+    from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
+
+    script = load_script("sampled_negatives")
+    out = tmp_path / "neg.md"
+    assert script.main(["--dataset", "synthetic", "--epochs", "1", "--max-len", "20", "--draws", "2",
+                        "--out", str(out)]) == 0
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| sasrec |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    ours, theirs = float(cells[3].split(" ± ")[0]), float(cells[5].split(" ± ")[0])
+    assert 0 < ours <= 1 and 0 < theirs <= 1 and cells[-2].endswith("%") and "commit:" in out.read_text()
+    # a model kept by a finished run, evaluated on its own dataset
+    data = make_synthetic(n_users=60, n_items=150, min_len=5, max_len=12, seed=0)
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", lambda seed=0: data)
+    path = run_experiment(ExperimentSpec(model="sasrec", loss="bce", epochs=1, max_len=10, progress=False,
+                                         model_options={"d_model": 8})).save_model(tmp_path / "models")
+    assert script.main(["--trained", str(path), "--draws", "1", "--out", str(out)]) == 0
+    table = out.read_text()
+    assert f"| {path.stem.split('_')[-1]} |" in table and "d_model=8" in table
+    with pytest.raises(SystemExit):
+        script.main(["--draws", "0"])

@@ -183,6 +183,37 @@ def test_sampled_candidates(split):
     assert not torch.equal(other.stage_data("test").candidates, ev.stage_data("test").candidates)
 
 
+def test_sampled_negatives_can_follow_sasrec_code(split):
+    """``negatives_exclude="train"``: negatives avoid only the training items and the target, so at test time
+    the validation item (the last input item) is sometimes a negative; the default never draws it."""
+    ours = Evaluator(split, MAX_LEN, EvalProtocol("sampled100", seed=3))
+    tf = Evaluator(split, MAX_LEN, EvalProtocol("sampled100", seed=3, negatives_exclude="train"))
+    drawn = {}
+    for stage in ("valid", "test"):
+        data = tf.stage_data(stage)
+        assert (data.users == ours.stage_data(stage).users).all()
+        for row, u in enumerate(data.users.tolist()):
+            neg = set(data.candidates[row, 1:].tolist())
+            assert len(neg) == 100 and int(data.candidates[row, 0]) == int(data.targets[row])
+            assert not neg & (set(split.train[u].tolist()) | {int(data.targets[row])})
+            assert not set(ours.stage_data(stage).candidates[row, 1:].tolist()) & {
+                int(split.valid_target[u]), int(split.test_target[u])}
+            if stage == "test":
+                drawn[u] = int(split.valid_target[u]) in neg
+    assert 0 < sum(drawn.values()) < len(drawn)   # 100 of the ~140 items outside the training items
+    # a model that scores the last input item far above everything loses each user whose validation item is drawn
+    model = TableModel(N_ITEMS, seed=0)
+    with torch.no_grad():
+        model.table.diagonal().add_(100.0)
+    ranks = dict(zip(tf.stage_data("test").users.tolist(), tf.ranks(model, "test").tolist()))
+    for u, was_drawn in drawn.items():
+        if was_drawn:
+            assert ranks[u] >= 1
+    assert ranks == reference_ranks(model, split, "test", "sampled100", tf)
+    with pytest.raises(ConfigError, match="negatives_exclude"):
+        EvalProtocol("sampled100", negatives_exclude="valid")
+
+
 def test_sample_negatives():
     rng = np.random.default_rng(0)
     neg = sample_negatives(rng, 30, np.array([1, 2, 3, 3]), 27)

@@ -104,9 +104,12 @@ class Evaluator:
         if proto.sampled:
             cands = np.empty((len(users), proto.n_negatives + 1), dtype=np.int64)
             for row, (u, t) in enumerate(zip(users, targets)):
-                everything = np.concatenate([split.history(u, "test"), [split.test_target[u]]])
+                if proto.negatives_exclude == "history":
+                    avoid = np.concatenate([split.history(u, "test"), [split.test_target[u]]])
+                else:                                  # SASRec's code: the training items (and the target)
+                    avoid = np.append(split.history(u, "valid"), t)
                 cands[row, 0] = t
-                cands[row, 1:] = sample_negatives(rng, split.n_items, everything, proto.n_negatives)
+                cands[row, 1:] = sample_negatives(rng, split.n_items, avoid, proto.n_negatives)
             data.candidates = torch.from_numpy(cands)
         return data
 
