@@ -182,6 +182,39 @@ def test_training_sample_is_causal_given_the_noise():
     assert model.auxiliary_loss() is not None and torch.isfinite(model.auxiliary_loss())
 
 
+def test_last_row_only_is_rksa_on_the_last_row_and_dot_product_elsewhere():
+    """``stochastic_rows="last"`` (docs/methods.md A1, option a): the last query row equals the default layer's
+    last row, every other row is plain dot-product attention, and only the last row is noisy in training."""
+    full, provider = _layer()
+    last = KernelizedAttention(D, 1, provider, "ciu", stochastic_rows="last")
+    last.load_state_dict(full.state_dict())
+    ids = torch.tensor([[0, 1, 2, 3, 4, 2, 1], [5, 6, 7, 8, 1, 2, 3]])
+    x = torch.randn(2, L, D)
+    ctx = _ctx(ids, need_weights=True)
+    full.eval(), last.eval()
+    _, w_full = full(x, ctx)
+    _, w_last = last(x, ctx)
+    torch.testing.assert_close(w_last[:, :, -1], w_full[:, :, -1])
+    q, k, _ = full.qkv(x).chunk(3, dim=-1)
+    logits = (q @ k.transpose(-2, -1) / math.sqrt(D)).masked_fill(~ctx.allowed()[:, 0], float("-inf"))
+    dot = torch.softmax(logits, -1)
+    torch.testing.assert_close(w_last[:, 0, :-1][ids[:, :-1] > 0], dot[:, :-1][ids[:, :-1] > 0])
+    assert not torch.allclose(w_full[:, 0, -2], dot[:, -2])                  # the default layer differs there
+    last.train()
+    torch.manual_seed(5)
+    out_a, w_a = last(x, ctx)
+    torch.manual_seed(6)
+    out_b, w_b = last(x, ctx)
+    torch.testing.assert_close(w_a[:, :, :-1], w_b[:, :, :-1])               # deterministic rows
+    assert not torch.allclose(w_a[:, :, -1], w_b[:, :, -1])                  # the sampled row
+    out_a.sum().backward()
+    assert last.scale_qk.weight.grad.abs().sum() > 0 and last.shape_qk.weight.grad.abs().sum() > 0
+    with pytest.raises(ConfigError, match="stochastic_rows"):
+        KernelizedAttention(D, 1, provider, "ciu", stochastic_rows="first")
+    model = build_model("rksa", 8, L, n_users=3, d_model=D, stochastic_rows="last")
+    assert all(block.attention.stochastic_rows == "last" for block in model.blocks)
+
+
 def test_cooccurrence_counts_training_items_only_and_backends_agree():
     seqs = [np.array([1, 2, 3, 9, 8]), np.array([2, 3, 4, 7, 6]), np.array([1, 3, 5, 5])]
     split = leave_one_out(SequenceDataset("t", seqs, 9))

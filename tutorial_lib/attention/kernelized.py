@@ -24,6 +24,10 @@ public code exists; this follows the concrete design of docs/methods.md §6.2, a
   ``E[Z] = Ξ + Ω ⊙ δ sqrt(2/π)`` (deterministic);
 * causal and padding masks, softmax over keys, dropout, ``@ V``, output projection.
 
+A1 offers two readings, because the paper writes ``ω, s, α`` for the last item only while SASRec trains
+every position: every query row gets them (the default, above), or only the last row does
+(``stochastic_rows="last"``) and the other rows keep the location ``Ξ`` alone.
+
 Causality: ``Ξ, Ω, α`` of row ``t`` use keys ``<= t``; the Cholesky factor's row ``j`` depends on
 ``ψ[:j+1, :j+1]`` only, so the noise of keys ``<= t`` depends on items ``<= t`` only.
 
@@ -190,12 +194,19 @@ class KernelizedAttention(Attention):
         rank_weight: ``λ_r`` of the listwise co-occurrence loss (0 turns it off).
         tau: temperature of that loss.
         stochastic: sample ``z`` in training (``False``: always use the mean, an ablation).
+        stochastic_rows: ``"all"`` (default, A1 option b: every query row is RKSA's, row-wise) or ``"last"``
+            (A1 option a, closer to the paper, which defines ``ω, s, α`` for the last item only: only the
+            last query row, the most recent item, gets the skew-normal logits; every other row uses the
+            location ``Ξ`` alone, i.e. dot-product attention, in training and evaluation).
     """
 
     def __init__(self, d_model: int, n_heads: int, cooccurrence: CooccurrenceProvider, kernels: str = "ciu",
                  item_kernel: str = "linear", attn_dropout: float = 0.0, rank_weight: float = 1e-3,
-                 tau: float = 0.1, stochastic: bool = True):
+                 tau: float = 0.1, stochastic: bool = True, stochastic_rows: str = "all"):
         super().__init__()
+        if stochastic_rows not in ("all", "last"):
+            raise ConfigError(f"stochastic_rows must be 'all' (every query row) or 'last' (only the most recent "
+                              f"item's row, docs/methods.md A1), got {stochastic_rows!r}")
         if d_model % n_heads:
             raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         kernels = "".join(sorted(set(kernels.lower()), key=KERNELS.index)) if set(kernels.lower()) <= set(KERNELS) \
@@ -207,7 +218,7 @@ class KernelizedAttention(Attention):
             raise ConfigError(f"item_kernel must be 'linear' or 'rbf', got {item_kernel!r}")
         self.d_model, self.n_heads, self.dh = d_model, n_heads, d_model // n_heads
         self.kernels, self.item_kernel, self.rank_weight, self.tau = kernels, item_kernel, rank_weight, tau
-        self.attn_dropout, self.stochastic = attn_dropout, stochastic
+        self.attn_dropout, self.stochastic, self.stochastic_rows = attn_dropout, stochastic, stochastic_rows
         self.cooccurrence = cooccurrence
         self.qkv = nn.Linear(d_model, 3 * d_model)        # location Q, K and the values
         self.scale_qk = nn.Linear(d_model, 2 * d_model)   # Ω
@@ -222,6 +233,16 @@ class KernelizedAttention(Attention):
     def _bilinear(self, proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         a, b = (split_heads(t, self.n_heads) for t in proj(x).chunk(2, dim=-1))
         return a @ b.transpose(-2, -1) / math.sqrt(self.dh)                          # (B, H, L, L)
+
+    def _row_logits(self, proj: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """The bilinear logits of the RKSA rows: ``(B, H, L, L)``, or ``(B, H, 1, L)`` for the last row only."""
+        if self.stochastic_rows == "all":
+            return self._bilinear(proj, x)
+        w_q, w_k = proj.weight.chunk(2, dim=0)
+        b_q, b_k = proj.bias.chunk(2, dim=0)
+        a = split_heads(F.linear(x[:, -1:], w_q, b_q), self.n_heads)
+        b = split_heads(F.linear(x, w_k, b_k), self.n_heads)
+        return a @ b.transpose(-2, -1) / math.sqrt(self.dh)
 
     def correlation(self, x: torch.Tensor, ctx: SequenceContext, stats: dict[str, torch.Tensor]
                     ) -> torch.Tensor:
@@ -260,16 +281,19 @@ class KernelizedAttention(Attention):
         stats = self.cooccurrence.batch(ctx)
         q, k, v = (split_heads(t, self.n_heads) for t in self.qkv(x).chunk(3, dim=-1))
         xi = q @ k.transpose(-2, -1) / math.sqrt(self.dh)                             # (B, H, L, L)
-        omega = F.softplus(self._bilinear(self.scale_qk, x)) + 1e-4
-        alpha = F.softplus(self._bilinear(self.shape_qk, x)) * stats["shape"][:, None]
+        rows = slice(None) if self.stochastic_rows == "all" else slice(-1, None)     # query rows that are RKSA's
+        omega = F.softplus(self._row_logits(self.scale_qk, x)) + 1e-4                # (B, H, R, L)
+        alpha = F.softplus(self._row_logits(self.shape_qk, x)) * stats["shape"][:, None, rows]
         delta = alpha / torch.sqrt(1.0 + alpha ** 2)
         psi = self.correlation(x, ctx, stats)
         self.last_psi = psi.detach() if ctx.need_weights else None
         if self.training and self.stochastic:
             chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None]           # (B, 1, L, L)
-            z = skew_normal_sample(xi, omega, delta, chol)
+            z = skew_normal_sample(xi[:, :, rows], omega, delta, chol)
         else:
-            z = skew_normal_mean(xi, omega, delta)
+            z = skew_normal_mean(xi[:, :, rows], omega, delta)
+        if self.stochastic_rows == "last":                                            # the other rows: Ξ alone
+            z = torch.cat([xi[:, :, :-1], z], dim=2)
         allowed = ctx.allowed()
         weights = torch.softmax(z.masked_fill(~allowed, float("-inf")), dim=-1)
         p = self.attn_dropout if self.training else 0.0

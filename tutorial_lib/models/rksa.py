@@ -17,10 +17,10 @@ from .registry import register_model
 def build_rksa_model(n_items: int, max_len: int, n_users: int | None, kernels: str = "ciu", d_model: int = 64,
                      n_layers: int = 2, n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0,
                      item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
-                     ffn_dim: int | None = None) -> SequentialRecommender:
+                     ffn_dim: int | None = None, stochastic_rows: str = "all") -> SequentialRecommender:
     provider = CooccurrenceProvider()
     layers = [KernelizedAttention(d_model, n_heads, provider, kernels, item_kernel, attn_dropout, rank_weight,
-                                  stochastic=stochastic) for _ in range(n_layers)]
+                                  stochastic=stochastic, stochastic_rows=stochastic_rows) for _ in range(n_layers)]
     uses_user = layers[0].uses_user
     if uses_user and not n_users:
         raise ConfigError(f"RKSA with kernels {kernels!r} reads a user embedding: pass n_users (the number of "
@@ -39,9 +39,9 @@ def _register(name: str, kernels: str, description: str, variant_of: str | None 
     def build(n_items: int, max_len: int, n_users: int | None = None, d_model: int = 64, n_layers: int = 2,
               n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0, kernels: str = kernels,
               item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
-              ffn_dim: int | None = None) -> SequentialRecommender:
+              ffn_dim: int | None = None, stochastic_rows: str = "all") -> SequentialRecommender:
         return build_rksa_model(n_items, max_len, n_users, kernels, d_model, n_layers, n_heads, dropout, attn_dropout,
-                                item_kernel, rank_weight, stochastic, ffn_dim)
+                                item_kernel, rank_weight, stochastic, ffn_dim, stochastic_rows)
 
     build.__doc__ = f"{description} (see attention.kernelized)."
 
