@@ -479,12 +479,17 @@ def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
     return "\n".join(lines + data.note())
 
 
+#: RKSA configurations compared with SASRec besides the presets: ``(options, how the table names them)``
+RKSA_VARIANTS = (("", ""), ("stochastic_rows=last", "last row only"))
+
+
 def rksa_pairs(runs: list[dict]) -> list[tuple[str, str, list[dict], list[dict]]]:
     """RKSA and the SASRec trained like it, per dataset and loss: ``(dataset, loss, sasrec_runs, rksa_runs)``
     (headline-protocol rows, one per seed). SASRec's configuration is RKSA's presets (one head, dropout 0.5,
     the latest 50 items) with BCE, the RKSA paper's shared setting, and the presets of each model with the
     other losses (the complete benchmark's comparison). Runs with a learning-rate decay are a pair of their own
-    (loss ``"bce, lr decay 3"``), beside those with a constant rate."""
+    (loss ``"bce, lr decay 3"``), beside those with a constant rate, and so is each RKSA variant of
+    :data:`RKSA_VARIANTS` against the same SASRec (``"bce, lr decay 3, last row only"``)."""
     groups = grouped(runs, HEADLINE)
     decays = sorted({lr_decay_of(r) for r in runs if r.get("model") == "rksa"}, key=lambda d: (d is not None, d))
     out = []
@@ -497,14 +502,14 @@ def rksa_pairs(runs: list[dict]) -> list[tuple[str, str, list[dict], list[dict]]
                         "options": " ".join(f"{k}={v}" for k, v in spec.resolved_model_options().items())}
             for decay in decays:
                 schedule = {"training": f"lr_decay={decay}"} if decay is not None else {}
-                mine = groups.get((run_label({"model": "rksa", "dataset": dataset, "loss": loss, **schedule}),
-                                   dataset), [])
-                if not mine:
-                    continue
                 base = groups.get((run_label({"model": "sasrec", "dataset": dataset, "loss": loss, **like,
                                               **schedule}), dataset), [])
-                if base:
-                    out.append((dataset, loss + (f", lr decay {decay}" if decay is not None else ""), base, mine))
+                for options, named in RKSA_VARIANTS:
+                    mine = groups.get((run_label({"model": "rksa", "dataset": dataset, "loss": loss, "options": options,
+                                                  **schedule}), dataset), [])
+                    if base and mine:
+                        out.append((dataset, ", ".join([loss, *([f"lr decay {decay}"] if decay is not None else []),
+                                                        *([named] if named else [])]), base, mine))
     return out
 
 
