@@ -85,11 +85,11 @@ def test_order_sensitivity_jitters_only_the_training_items_and_reports_each_orde
     assert "| as it is | 100.0% | 1 |" in table and "| jitter 3 |" in table and "commit:" in table
 
 
-def test_sampled_negatives_compares_both_rules(tmp_path, monkeypatch):
+def test_eval_negatives_compares_both_rules(tmp_path, monkeypatch):
     from tutorial_lib.data import make_synthetic
     from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
 
-    script = load_script("sampled_negatives")
+    script = load_script("eval_negatives")
     out = tmp_path / "neg.md"
     assert script.main(["--dataset", "synthetic", "--epochs", "1", "--max-len", "20", "--draws", "2",
                         "--out", str(out)]) == 0

@@ -8,8 +8,8 @@ near the top then loses those users. This script evaluates each model on the tes
 several draws of the negatives (draw 0 uses the benchmark's seed, so it reproduces the run's ``sampled100``
 row), and prints how often the validation item is drawn and how often it then outranks the target.
 
-    python benchmarks/sampled_negatives.py --trained runs/models/sasrec_ml-1m_bce_sampled100_s42_<run>.pt
-    python benchmarks/sampled_negatives.py --epochs 20          # trains SASRec (BCE) first, ML-1M or synthetic
+    python benchmarks/eval_negatives.py --trained runs/models/sasrec_ml-1m_bce_sampled100_s42_<run>.pt
+    python benchmarks/eval_negatives.py --epochs 20          # trains SASRec (BCE) first, ML-1M or synthetic
 
 Prints a Markdown table (and writes it with its provenance when ``--out`` is given).
 """
