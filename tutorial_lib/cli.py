@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="batch users of similar length and trim padding (faster, learns slower per epoch on ML-1M)")
     tr.add_argument("--weighting", default="target", choices=["target", "batch"],
                     help="every target weighs the same (default), or every batch's mean loss")
+    tr.add_argument("--windows", default="recent", choices=["recent", "random"],
+                    help="training window of a long history: its most recent items (default, as SASRec) or a "
+                         "random window drawn anew every epoch (trains on the older items too)")
     tr.add_argument("--mask-prob", type=float, default=None,
                     help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
     tr.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
@@ -110,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
                     help="any other model option, given to every model that has it (repeatable)")
     bm.add_argument("--bucketing", action="store_true", help="batch users of similar length (faster)")
+    bm.add_argument("--windows", default="recent", choices=["recent", "random"],
+                    help="training window of a long history: the most recent items (default) or a random one "
+                         "per epoch")
     bm.add_argument("--device", default="auto")
     bm.add_argument("--time-budget", type=float, default=None,
                     help="seconds of wall-clock time for this invocation; rerun the same command to continue")
@@ -138,7 +144,8 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols),
                           epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
-                          n_negatives=args.negatives, bucketing=args.bucketing, device=args.device,
+                          n_negatives=args.negatives, bucketing=args.bucketing, window_sampling=args.windows,
+                          device=args.device,
                           progress=False if args.quiet else None, model_options=_model_options(args))
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
     results = Path(args.results) if args.results else default_results_path()
@@ -190,7 +197,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
         patience=args.patience, lr_decay=args.lr_decay, eval_every=args.eval_every, eval_users=args.eval_users,
         n_negatives=args.negatives, device=args.device, precision=args.precision,
-        bucketing=args.bucketing, weighting=args.weighting, mask_prob=args.mask_prob,
+        bucketing=args.bucketing, weighting=args.weighting, window_sampling=args.windows, mask_prob=args.mask_prob,
         time_budget=args.time_budget, model_options=options,
         data_dir=args.data_dir, download=args.download, progress=False if args.quiet else None,
     )

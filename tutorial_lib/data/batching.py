@@ -5,6 +5,10 @@ into inputs (all but the last) and targets (all but the first), left-padded with
 position ``t`` is trained to predict the item at ``t + 1`` (all-position autoregressive training,
 as in SASRec).
 
+With ``sampling="random"`` a user whose training history is longer than ``max_len + 1`` contributes
+a window drawn uniformly from all of its ``max_len + 1``-item windows instead, a fresh draw every epoch
+(:meth:`TrainingWindows.resampled`), so the older part of a long history is trained on too.
+
 With ``bucketing`` the users of a batch have similar lengths and the batch is trimmed to its
 longest window, so short sequences do not pay for ``max_len`` columns of padding. Because
 positions are counted from the right (see the backbone), trimming changes no result.
@@ -18,6 +22,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+
+WINDOW_SAMPLINGS = ("recent", "random")
 
 
 def left_pad(sequences: list[np.ndarray], width: int) -> np.ndarray:
@@ -38,12 +44,17 @@ class TrainingWindows:
         users: ``(N,)`` user index of each window (users with at least 2 training items).
         windows: ``(N, max_len + 1)`` left-padded most recent training items.
         lengths: ``(N,)`` number of valid inputs (= valid targets) per window, ``<= max_len``.
+        items: ``(T,)`` every window user's whole training history, concatenated (for :meth:`resampled`).
+        starts: ``(N,)`` offset of each user's history in ``items``; ``history_lengths`` ``(N,)`` its length.
     """
 
     users: torch.Tensor
     windows: torch.Tensor
     lengths: torch.Tensor
     max_len: int
+    items: torch.Tensor | None = None
+    starts: torch.Tensor | None = None
+    history_lengths: torch.Tensor | None = None
 
     @classmethod
     def from_train(cls, train: list[np.ndarray], max_len: int) -> "TrainingWindows":
@@ -52,9 +63,13 @@ class TrainingWindows:
         users = np.array([u for u, s in enumerate(train) if len(s) >= 2], dtype=np.int64)
         if users.size == 0:
             raise ConfigError("no user has at least 2 training items; the dataset is too short to train on")
-        windows = left_pad([train[u] for u in users], max_len + 1)
-        lengths = np.minimum(np.array([len(train[u]) for u in users]) - 1, max_len)
-        return cls(torch.from_numpy(users), torch.from_numpy(windows), torch.from_numpy(lengths), max_len)
+        histories = [np.asarray(train[u], dtype=np.int64) for u in users]
+        windows = left_pad(histories, max_len + 1)
+        full = np.array([len(h) for h in histories], dtype=np.int64)
+        lengths = np.minimum(full - 1, max_len)
+        starts = np.concatenate([[0], np.cumsum(full)[:-1]])
+        return cls(torch.from_numpy(users), torch.from_numpy(windows), torch.from_numpy(lengths), max_len,
+                   torch.from_numpy(np.concatenate(histories)), torch.from_numpy(starts), torch.from_numpy(full))
 
     def __len__(self) -> int:
         return len(self.users)
@@ -62,6 +77,29 @@ class TrainingWindows:
     def n_targets(self) -> int:
         """Number of (input, target) pairs per epoch."""
         return int(self.lengths.sum())
+
+    def n_history_targets(self) -> int:
+        """Number of (input, target) pairs in the whole training histories (what random windows can reach)."""
+        return int((self.history_lengths - 1).sum())
+
+    def resampled(self, generator: torch.Generator) -> "TrainingWindows":
+        """A copy in which every user with more than ``max_len + 1`` training items has a window drawn
+        uniformly from all its ``max_len + 1``-item windows (the oldest to the most recent); shorter
+        histories fit whole and keep theirs. Draws from ``generator`` (one number per window).
+        Only the training split is read: validation and test items never enter a window."""
+        if self.items is None:
+            raise ConfigError("these windows were built without the histories; use TrainingWindows.from_train")
+        span = self.max_len + 1
+        choices = torch.clamp(self.history_lengths - span + 1, min=1)  # number of possible windows
+        offset = (torch.rand(len(self), generator=generator, dtype=torch.float64) * choices).long()
+        offset = torch.minimum(offset, choices - 1)
+        long = self.history_lengths > span
+        windows = self.windows.clone()
+        if bool(long.any()):
+            first = self.starts[long] + offset[long]
+            windows[long] = self.items[first[:, None] + torch.arange(span)]
+        return TrainingWindows(self.users, windows, self.lengths, self.max_len, self.items, self.starts,
+                               self.history_lengths)
 
 
 @dataclass

@@ -48,6 +48,7 @@ class ExperimentSpec:
     precision: str = "fp32"
     bucketing: bool = False
     weighting: str = "target"
+    window_sampling: str = "recent"
     mask_prob: float | None = None
     time_budget: float | None = None
     deadline: float | None = None
@@ -91,7 +92,8 @@ class ExperimentSpec:
                 "precision": self.precision, "bucketing": self.bucketing, "weighting": self.weighting,
                 **({"mask_prob": self.resolved_mask_prob()} if self.model.startswith("bert4rec") else {}),
                 **({"time_budget": self.time_budget} if self.time_budget is not None else {}),
-                **({"lr_decay": self.lr_decay} if self.lr_decay is not None else {})}
+                **({"lr_decay": self.lr_decay} if self.lr_decay is not None else {}),
+                **({"windows": self.window_sampling} if self.window_sampling != "recent" else {})}
 
     def run_id(self) -> str:
         """12 hex digits identifying everything that determines the result (not the device or file paths):
@@ -176,7 +178,8 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
                          n_negatives=spec.n_negatives, eval_every=spec.eval_every, patience=spec.patience,
                          lr_decay=spec.lr_decay,
                          seed=spec.seed, device=spec.device, precision=spec.precision, bucketing=spec.bucketing,
-                         weighting=spec.weighting, mask_prob=spec.resolved_mask_prob(),
+                         weighting=spec.weighting, window_sampling=spec.window_sampling,
+                         mask_prob=spec.resolved_mask_prob(),
                          checkpoint=spec.checkpoint, time_budget=spec.time_budget, deadline=spec.deadline,
                          progress=spec.progress, verbose=spec.verbose)
     trainer = Trainer(model, split, config, evaluator)

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data.batching import (Batch, PrefixSamples, TrainingWindows, iterate_batches, iterate_cloze_batches,
-                             iterate_prefix_batches)
+from ..data.batching import (WINDOW_SAMPLINGS, Batch, PrefixSamples, TrainingWindows, iterate_batches,
+                             iterate_cloze_batches, iterate_prefix_batches)
 from ..data.split import LeaveOneOutSplit
 from ..errors import ConfigError
 from ..evaluation.evaluator import Evaluator
@@ -57,6 +57,11 @@ class TrainConfig:
             batch it falls in (a batch's mean loss is scaled by its number of targets over the
             epoch's average); ``"batch"``: every batch's mean loss weighs the same, so with bucketing
             the targets of short-history batches count several times more than those of long ones.
+        window_sampling: ``"recent"`` (default, as SASRec): each user's window is its most recent
+            ``max_len + 1`` training items, every epoch; ``"random"``: a user with a longer history gets a
+            window drawn uniformly from all of its windows, anew every epoch (so its older items are
+            trained on too; see :meth:`~tutorial_lib.data.batching.TrainingWindows.resampled`). Evaluation
+            always reads the most recent items.
         grad_clip: clip the gradient norm to this value (``None``: no clipping).
         ce_chunk: rows per chunk of the full cross-entropy (:class:`~tutorial_lib.training.losses.ChunkedSoftmaxCE`);
             ``None`` computes it with ``F.cross_entropy`` on the whole logit matrix (same value, slower).
@@ -89,6 +94,7 @@ class TrainConfig:
     precision: str = "fp32"
     bucketing: bool = False
     weighting: str = "target"
+    window_sampling: str = "recent"
     grad_clip: float | None = None
     mask_prob: float = 0.2
     ce_chunk: int | None = 128
@@ -116,6 +122,8 @@ class TrainConfig:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.weighting not in WEIGHTINGS:
             raise ConfigError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
+        if self.window_sampling not in WINDOW_SAMPLINGS:
+            raise ConfigError(f"window_sampling must be one of {WINDOW_SAMPLINGS}, got {self.window_sampling!r}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
         self.betas = tuple(self.betas)
@@ -183,6 +191,10 @@ class Trainer:
         self.objective = getattr(model, "objective", "next")
         self.windows = TrainingWindows.from_train(split.train, model.max_len)
         self.prefixes = PrefixSamples.from_train(split.train, model.max_len) if self.objective == "last" else None
+        if self.prefixes is not None and self.config.window_sampling != "recent":
+            raise ConfigError(f"window_sampling={self.config.window_sampling!r} needs a model trained on windows; "
+                              f"this one is trained on every prefix (objective 'last'), which already covers "
+                              f"the whole history: leave window_sampling at 'recent'")
         self.targets_per_batch = self._mean_targets_per_batch()
         self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
         self.optimizer = make_adam(model.parameters(), lr=self.config.lr, betas=self.config.betas,
@@ -252,13 +264,14 @@ class Trainer:
         """One pass over every training sample (window, cloze window or prefix); returns the mean loss per batch."""
         self.model.train()
         cfg = self.config
+        windows = self.windows.resampled(self.generator) if cfg.window_sampling == "random" else self.windows
         if self.objective == "cloze":
-            batches = iterate_cloze_batches(self.windows, cfg.batch_size, self.generator, cfg.mask_prob,
+            batches = iterate_cloze_batches(windows, cfg.batch_size, self.generator, cfg.mask_prob,
                                             self.model.mask_id, cfg.bucketing)
         elif self.objective == "last":
             batches = iterate_prefix_batches(self.prefixes, cfg.batch_size, self.generator)
         else:
-            batches = iterate_batches(self.windows, cfg.batch_size, self.generator, cfg.bucketing)
+            batches = iterate_batches(windows, cfg.batch_size, self.generator, cfg.bucketing)
         n_samples = len(self.prefixes) if self.prefixes is not None else len(self.windows)
         n_batches = math.ceil(n_samples / cfg.batch_size)
         bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}", leave=False,
