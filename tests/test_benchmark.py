@@ -115,6 +115,8 @@ def test_new_training_options_keep_the_ids_of_earlier_runs():
     assert spec.run_id() == "c98e650fa409"
     decayed = replace(spec, lr_decay=3)
     assert decayed.run_id() != spec.run_id() and decayed.training_options()["lr_decay"] == 3
+    random_windows = replace(spec, window_sampling="random")
+    assert random_windows.run_id() != spec.run_id() and random_windows.training_options()["windows"] == "random"
 
 
 def test_a_run_finished_by_another_invocation_meanwhile_is_not_repeated(tmp_path, small_synthetic):

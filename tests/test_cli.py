@@ -72,6 +72,16 @@ def test_lr_decay_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, caps
     assert "lr_decay" in capsys.readouterr().err
 
 
+def test_windows_flag_reaches_the_row(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--windows", "random", "--max-len", "4", "--epochs", "1") == 0
+    row = read_runs(tmp_path / "runs.csv")[0]
+    assert "windows=random" in row["training"] and "--windows random" in row["command"]
+    with pytest.raises(SystemExit):
+        train(tmp_path, "--windows", "oldest")
+    assert "invalid choice" in capsys.readouterr().err
+
+
 def test_unknown_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--model", "no-such-model") == 2

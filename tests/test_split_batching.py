@@ -121,3 +121,37 @@ def test_bad_settings(varied):
         next(iterate_batches(windows, 0, torch.Generator()))
     with pytest.raises(ConfigError, match="at least 2"):
         TrainingWindows.from_train([np.array([1]), np.array([2])], 5)
+
+
+def test_random_windows_are_uniform_contiguous_training_windows(varied):
+    """``resampled``: a long history gets one of its ``max_len + 1``-item windows, each about equally often;
+    a history that fits keeps its window; no validation or test item ever enters; the draw follows the seed."""
+    split = leave_one_out(varied)
+    max_len = 4
+    windows = TrainingWindows.from_train(split.train, max_len)
+    assert windows.n_history_targets() == sum(len(t) - 1 for t in split.train if len(t) >= 2)
+    assert windows.n_history_targets() > windows.n_targets()
+    g = torch.Generator().manual_seed(0)
+    draws = [windows.resampled(g) for _ in range(600)]
+    for row, user in enumerate(windows.users.tolist()):
+        history = split.train[user]
+        if len(history) <= max_len + 1:
+            assert all(torch.equal(d.windows[row], windows.windows[row]) for d in draws)
+            continue
+        seen = {}
+        for d in draws:  # each draw is a contiguous slice of the training history (so no held-out item)
+            w = d.windows[row].numpy()
+            start = next(i for i in range(len(history) - max_len) if np.array_equal(history[i:i + max_len + 1], w))
+            seen[start] = seen.get(start, 0) + 1
+        n_windows = len(history) - max_len
+        assert set(seen) == set(range(n_windows))                    # every window is drawn, the oldest too
+        assert max(seen.values()) < 3 * 600 / n_windows               # and none dominates
+    assert all(torch.equal(d.lengths, windows.lengths) for d in draws)   # every window is still full
+    again = windows.resampled(torch.Generator().manual_seed(0))
+    assert torch.equal(again.windows, draws[0].windows)
+
+
+def test_random_windows_need_the_histories():
+    bare = TrainingWindows(torch.tensor([0]), torch.tensor([[0, 1, 2]]), torch.tensor([1]), 2)
+    with pytest.raises(ConfigError, match="from_train"):
+        bare.resampled(torch.Generator())

@@ -180,6 +180,28 @@ def test_every_loss_trains(tiny_split, loss):
     assert result.best_valid["ndcg@10"] > 0
 
 
+def test_random_windows_train_deterministically_and_differ_from_recent(tiny_split):
+    """``window_sampling="random"`` trains on other windows than the default (when histories are longer than
+    the window) and gives the same result twice with one seed."""
+    long_users = sum(len(t) > MAX_LEN + 1 for t in tiny_split.train)
+    assert long_users > 0
+    runs = []
+    for sampling in ("random", "random", "recent"):
+        model = make_model(tiny_split)
+        runs.append((Trainer(model, tiny_split, config(epochs=2, window_sampling=sampling)).fit(), model))
+    (a, ma), (b, mb), (c, mc) = runs
+    assert [h["loss"] for h in a.history] == [h["loss"] for h in b.history]
+    assert all(torch.equal(ma.state_dict()[k], mb.state_dict()[k]) for k in ma.state_dict())
+    assert [h["loss"] for h in a.history] != [h["loss"] for h in c.history]
+
+
+def test_random_windows_refused_for_prefix_training(tiny_split):
+    torch.manual_seed(0)
+    model = build_model("lightsans", tiny_split.n_items, MAX_LEN, d_model=16, n_layers=1, compat=True)
+    with pytest.raises(ConfigError, match="every prefix"):
+        Trainer(model, tiny_split, config(window_sampling="random"))
+
+
 def test_bad_config():
     with pytest.raises(ConfigError, match="sampled-ce"):
         TrainConfig(loss="hinge")
@@ -193,4 +215,6 @@ def test_bad_config():
         TrainConfig(lr_decay=0)
     with pytest.raises(ConfigError, match="between 0 and 1"):
         TrainConfig(lr_decay=3, lr_decay_factor=1.0)
+    with pytest.raises(ConfigError, match="window_sampling"):
+        TrainConfig(window_sampling="oldest")
     assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1
