@@ -265,6 +265,21 @@ def test_runs_with_a_learning_rate_decay_are_their_own_configuration_and_rksa_pa
     assert "lr_decay" not in report.main_table(runs)                  # a variant, beside the presets' row
 
 
+def test_runs_with_random_windows_are_their_own_configuration(tmp_path):
+    path = tmp_path / "runs.csv"
+    like = {"dataset": "ml-1m", "loss": "ce", "max_len": 200, "seed": 42, "protocol": "full"}
+    append_run({**ROW, **like, "model": "sasrec", "hr@10": 0.21, "training": "epochs=180 batch_size=32",
+                "run_id": "recent"}, path)
+    append_run({**ROW, **like, "model": "sasrec", "hr@10": 0.24, "training": "epochs=180 batch_size=32 windows=random",
+                "run_id": "random", "date": "2099-01-01"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    random_run = next(r for r in runs if r["run_id"] == "random")
+    assert report.windows_of(random_run) == "random" and report.windows_of(runs[0]) == "recent"
+    assert report.run_label(random_run) == "sasrec (windows=random)"
+    assert "0.2100" in report.main_table(runs) and "0.2400" not in report.main_table(runs)   # the presets' row stays
+    assert "0.2400" in report.main_table(runs, variants=True)
+
+
 def test_rksa_with_the_last_row_only_is_its_own_pair_against_the_same_sasrec(tmp_path):
     path = tmp_path / "runs.csv"
     like = {"dataset": "video", "loss": "bce", "max_len": 50, "training": "epochs=200 lr_decay=3"}

@@ -93,6 +93,9 @@ def run_label(run: dict, base: ExperimentSpec | None = None) -> str:
     decay = lr_decay_of(run)   # a training schedule that changes the method, unlike the budget (epochs, patience)
     if decay != spec.lr_decay:
         changes.append(f"lr_decay={decay}")
+    windows = windows_of(run)  # so does the data it trains on
+    if windows != spec.window_sampling:
+        changes.append(f"windows={windows}")
     if not changes:
         return label
     return f"{label[:-1]}, {', '.join(changes)})" if label.endswith(")") else f"{label} ({', '.join(changes)})"
@@ -102,6 +105,12 @@ def lr_decay_of(run: dict) -> int | None:
     """The ``lr_decay`` a row's run trained with (``None``: a constant learning rate)."""
     found = re.search(r"\blr_decay=(\d+)", run.get("training") or "")
     return int(found.group(1)) if found else None
+
+
+def windows_of(run: dict) -> str:
+    """The training windows a row's run drew (``"recent"`` unless ``windows=`` is in ``training``)."""
+    found = re.search(r"\bwindows=(\w+)", run.get("training") or "")
+    return found.group(1) if found else "recent"
 
 
 def is_variant(label: str, run: dict) -> bool:
