@@ -5,9 +5,10 @@ into inputs (all but the last) and targets (all but the first), left-padded with
 position ``t`` is trained to predict the item at ``t + 1`` (all-position autoregressive training,
 as in SASRec).
 
-With ``sampling="random"`` a user whose training history is longer than ``max_len + 1`` contributes
-a window drawn uniformly from all of its ``max_len + 1``-item windows instead, a fresh draw every epoch
-(:meth:`TrainingWindows.resampled`), so the older part of a long history is trained on too.
+With random windows (``TrainConfig(window_sampling="random")``) a user whose training history is
+longer than ``max_len + 1`` contributes a window drawn uniformly from all of its ``max_len + 1``-item
+windows instead, a fresh draw every epoch (:meth:`TrainingWindows.resampled`), so the older part of a
+long history is trained on too.
 
 With ``bucketing`` the users of a batch have similar lengths and the batch is trimmed to its
 longest window, so short sequences do not pay for ``max_len`` columns of padding. Because
