@@ -162,6 +162,15 @@ def test_time_budget_stops(tiny_split):
     assert result.epochs_run == 1 and result.stopped_early
 
 
+def test_time_budget_validates_the_epoch_it_stops_at(tiny_split):
+    """Off the ``eval_every`` schedule, the last trained epoch is still validated and can be selected."""
+    model = make_model(tiny_split)
+    result = Trainer(model, tiny_split, config(epochs=50, eval_every=5, time_budget=0.0)).fit()
+    assert result.epochs_run == 1 and result.stopped_early
+    assert "valid_ndcg@10" in result.history[-1]
+    assert result.best_epoch == 1
+
+
 def test_bf16_on_cpu(tiny_split):
     model = make_model(tiny_split)
     result = Trainer(model, tiny_split, config(epochs=2, precision="bf16")).fit()

@@ -69,7 +69,8 @@ class TrainConfig:
             (bidirectional) models; ignored by autoregressive ones.
         checkpoint: file to save the training state to after every epoch; an existing file is resumed.
         time_budget: stop (as if early-stopped) after this many seconds of training (counted over
-            resumed sessions too); the run counts as finished.
+            resumed sessions too); the run counts as finished. The epoch that reaches it is validated even
+            off the ``eval_every`` schedule, so no trained epoch is thrown away unseen.
         deadline: wall-clock time (``time.time()``) after which training pauses at the end of the epoch;
             the checkpoint holds everything and the run is *not* finished (``stop_reason="deadline"``):
             the benchmark runner uses it to stop within its time budget and resume later.
@@ -332,7 +333,9 @@ class Trainer:
             seconds = time.perf_counter() - t0
             train_seconds += seconds
             row = {"epoch": epoch, "loss": loss, "seconds": seconds, "lr": self.current_lr}
-            if epoch % cfg.eval_every == 0 or epoch == cfg.epochs:
+            out_of_time = cfg.time_budget is not None and train_seconds >= cfg.time_budget
+            # the last epoch before the time budget ends the run is validated too, so its training counts
+            if epoch % cfg.eval_every == 0 or epoch == cfg.epochs or out_of_time:
                 valid = self.evaluator.evaluate(self.model, "valid")
                 row.update({f"valid_{k}": v for k, v in valid.items() if k != "users"})
                 if valid[cfg.select_metric] > best["metric"]:
@@ -349,7 +352,7 @@ class Trainer:
                 if best["bad"] >= cfg.patience:
                     stopped_early, reason = True, "patience"
             history.append(row)
-            if not stopped_early and cfg.time_budget is not None and train_seconds >= cfg.time_budget:
+            if not stopped_early and out_of_time:
                 stopped_early, reason = True, "time-budget"
             if not stopped_early and epoch < cfg.epochs and cfg.deadline is not None and time.time() >= cfg.deadline:
                 stopped_early, reason = True, "deadline"
