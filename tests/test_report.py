@@ -312,3 +312,22 @@ def test_the_scorecard_prefers_a_run_trained_with_the_paper_s_learning_rate_deca
     append_run({**like, "hr@10": 0.73, "training": "epochs=200 lr_decay=3", "date": "2026-01-01", "run_id": "d"},
                path)
     assert cell()["ours"] == 0.73 and "lr_decay" not in cell()["reason"]   # the paper's setting, though older
+
+
+def test_the_fparec_ml1m_cell_prefers_a_run_of_the_authors_script_and_says_when_it_has_none(tmp_path):
+    """FPARec's Table 3 on ML-1M ran the released code at max_len 500, hidden size 50, one head."""
+    path = tmp_path / "runs.csv"
+    like = {**ROW, "model": "fparec", "dataset": "ml-1m", "protocol": "full", "loss": "ce"}
+    append_run({**like, "hr@10": 0.21, "max_len": 200, "options": "dropout=0.2 k=40", "date": "2026-02-01",
+                "run_id": "presets"}, path)
+
+    def cell():
+        card = {(r["model"], r["metric"]): r for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))
+                if r["paper"] == "FPARec" and r["table"] == "3" and r["dataset"] == "ml-1m"}
+        return card[("fparec", "hr@10")]
+
+    assert cell()["ours"] == 0.21 and "the paper's setting: max_len 500, compat=True" in cell()["reason"]
+    script = {**like, "max_len": 500, "options": "compat=True d_model=50 dropout=0.2 k=40 n_heads=1"}
+    assert report.run_label(script) == "fparec (L=500, compat=True, d_model=50, n_heads=1)"
+    append_run({**script, "hr@10": 0.20, "date": "2026-01-01", "run_id": "script"}, path)
+    assert cell()["ours"] == 0.20 and "setting" not in cell()["reason"]   # the paper's setting, even if lower

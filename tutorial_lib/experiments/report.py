@@ -318,6 +318,9 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
             reasons.append(f"ours trained with {loss}")
         if ours and rec.training and label != _paper_label(rec, loss, rec.training):
             reasons.append("ours trained without the paper's " + ", ".join(f"{k}={v}" for k, v in rec.training))
+        if ours and (rec.options or rec.max_len) and label == method_label(rec.model, loss):
+            setting = [f"max_len {rec.max_len}"] * bool(rec.max_len) + [f"{k}={v}" for k, v in rec.options]
+            reasons.append("ours at our presets (the paper's setting: " + ", ".join(setting) + ")")
         if not rec.same_data:
             reasons.append("different dataset version")
         if rec.note:
@@ -331,14 +334,14 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
 def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], ...] = ()) -> str:
     """The label our run in the paper's setting (``rec.options`` over the presets, trained with ``training``)
     has; see :func:`run_label`."""
-    if rec.dataset is None or not (rec.options or training):
+    if rec.dataset is None or not (rec.options or training or rec.max_len):
         return method_label(rec.model, loss)
     spec = ExperimentSpec(model=rec.model, dataset=rec.dataset)
     try:
         options = {**spec.resolved_model_options(), **dict(rec.options)}
     except (KeyError, ValueError):
         return method_label(rec.model, loss)
-    return run_label({"model": rec.model, "dataset": rec.dataset, "loss": loss,
+    return run_label({"model": rec.model, "dataset": rec.dataset, "loss": loss, "max_len": rec.max_len or "",
                       "options": " ".join(f"{k}={v}" for k, v in sorted(options.items())),
                       "training": " ".join(f"{k}={v}" for k, v in training)})
 
