@@ -319,7 +319,7 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         if ours and rec.training and label != _paper_label(rec, loss, rec.training):
             reasons.append("ours trained without the paper's " + ", ".join(f"{k}={v}" for k, v in rec.training))
         if ours and (rec.options or rec.max_len) and label == method_label(rec.model, loss):
-            setting = [f"max_len {rec.max_len}"] * bool(rec.max_len) + [f"{k}={v}" for k, v in rec.options]
+            setting = ([f"max_len {rec.max_len}"] if rec.max_len else []) + [f"{k}={v}" for k, v in rec.options]
             reasons.append("ours at our presets (the paper's setting: " + ", ".join(setting) + ")")
         if not rec.same_data:
             reasons.append("different dataset version")
