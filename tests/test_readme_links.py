@@ -1,4 +1,5 @@
-"""README.md and results/README.md only point at files that exist (links and the scripts they tell users to run)."""
+"""README.md, results/README.md and docs/results.md only point at files that exist (links and the scripts they
+tell users to run), and their links into a Markdown file's sections name headings that file has."""
 from __future__ import annotations
 
 import re
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "results/README.md"]
+DOCS = ["README.md", "results/README.md", "docs/results.md"]
 
 
 def _targets(text: str) -> set[str]:
@@ -27,3 +28,29 @@ def test_every_relative_link_and_script_exists(doc):
 def test_the_checker_sees_links_and_scripts():
     text = "see [a](results/x.md) and [b](https://example.org) or `python benchmarks/y.py --out z`"
     assert _targets(text) == {"results/x.md", "benchmarks/y.py"}
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+ (.+)$", path.read_text(encoding="utf-8"), re.M)}
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_section_link_names_a_heading(doc):
+    path = ROOT / doc
+    broken = []
+    for m in re.finditer(r"\]\(([^)\s#]*\.md|)#([^)\s]+)\)", path.read_text(encoding="utf-8")):
+        target = (path.parent / m.group(1)) if m.group(1) else path
+        if target.exists() and m.group(2) not in _anchors(target):
+            broken.append(f"{m.group(1)}#{m.group(2)}")
+    assert not broken, f"{doc} links to sections that do not exist: {broken}"
+
+
+def test_slugs_follow_github():
+    assert _slug("The FPARec paper's cross-entropy SASRec (full ranking)") == \
+        "the-fparec-papers-cross-entropy-sasrec-full-ranking"
+    assert _slug("Test (one command)") == "test-one-command"
