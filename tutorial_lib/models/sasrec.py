@@ -39,8 +39,9 @@ def build_sasrec_untied(n_items: int, max_len: int, d_model: int = 64, n_layers:
     With tied tables the hidden state of position ``t`` carries the embedding of the item just read, so
     that item scores high as its own successor; on MovieLens, where nobody rates a film twice, the tied
     model keeps ranking the last items it read near the top (docs/results.md, "The FPARec paper's
-    cross-entropy SASRec"). A separate output table removes that coupling; every paper of the course ties
-    the tables, so this is a labelled variant.
+    cross-entropy SASRec"). A separate output table weakens that coupling (on ML-1M it also ranks the films
+    the user has not seen less well, measured there); every paper of the course ties the tables, so this is
+    a labelled variant.
     """
     return build_sasrec(n_items, max_len, d_model, n_layers, n_heads, dropout, attn_dropout, layout, ffn_dim,
                         embedding_scale, tie_embeddings=False)
