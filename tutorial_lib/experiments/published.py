@@ -51,8 +51,8 @@ ONE_HEAD = (("n_heads", 1),)
 RKSA_DECAY = (("lr_decay", 3),)
 #: the authors' ``train_fpa.sh`` (docs/methods.md §4.2): the released code's layout, hidden size 50, one head,
 #: max_len 500 (k 40 and dropout 0.2 are our ML-1M presets too)
-FPAREC_SCRIPT = {"options": (("compat", True), ("d_model", 50), ("n_heads", 1)), "max_len": 500}
-FPAREC_SCRIPT_NOTE = "the authors' script trains 801 epochs at batch 128 and selects no checkpoint"
+FPAREC_SCRIPT = {"options": (("compat", True), ("d_model", 50), ("n_heads", 1)), "max_len": 500,
+                 "note": "the authors' script trains 801 epochs at batch 128 and selects no checkpoint"}
 LOCKER_NOTE = "Locker's models are BERT4Rec-based (bidirectional, cloze); Locker ranks with the history removed"
 
 PUBLISHED: list[Published] = [
@@ -85,9 +85,9 @@ PUBLISHED: list[Published] = [
         "yelp": {"sasrec": (0.0643, 0.0369), "parec": (0.0647, 0.0368), "fparec": (0.0654, 0.0372)},
     }.items() for model, (hr, nd) in rows.items()
       for c in _cells("FPARec", "3", "full", "ce", dataset, model, {"hr@10": hr, "ndcg@10": nd},
-                      note="evaluated on 10,000 random users where a dataset has more" if dataset != "ml-1m" else
-                      (FPAREC_SCRIPT_NOTE if model == "fparec" else ""),
-                      **(FPAREC_SCRIPT if (dataset, model) == ("ml-1m", "fparec") else {}))],
+                      **(FPAREC_SCRIPT if (dataset, model) == ("ml-1m", "fparec") else
+                         {"note": "evaluated on 10,000 random users where a dataset has more" if dataset != "ml-1m"
+                          else ""}))],
     # ---- FPARec, Table 4: handcrafted patterns on ML-1M
     *[c for model, hr, nd in (("pattern-average", 0.2025, 0.0986), ("pattern-linear", 0.2056, 0.0997),
                                ("pattern-exponential", 0.2386, 0.1283))
