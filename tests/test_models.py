@@ -199,6 +199,24 @@ def test_sasrec_tf_layout_runs_and_differs():
     assert sum(p.numel() for p in tf.parameters()) < sum(p.numel() for p in paper.parameters())
 
 
+def test_sasrec_in_the_fparec_code_layout():
+    """``ffn_placement="stack"``: attention-only blocks and one FFN after them (FPARec's released code with
+    dot-product attention); causal like every layout, and a bad placement is refused by name."""
+    model = make("sasrec", layout="tf", ffn_placement="stack").eval()
+    assert all(block.ffn is None for block in model.blocks) and model.stack_ffn is not None
+    ids = batch(padded=True)
+    t = MAX_LEN - 4
+    later = ids.clone()
+    later[:, t + 1:] = (later[:, t + 1:] % N_ITEMS) + 1
+    with torch.no_grad():
+        a, b = model(ids), model(later)
+    valid = ids[:, : t + 1].ne(0)
+    torch.testing.assert_close(a[:, : t + 1][valid], b[:, : t + 1][valid])
+    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
+    with pytest.raises(ConfigError, match="ffn_placement"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, ffn_placement="middle")
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_max_len_below_two(name):
     with pytest.raises(ConfigError, match="max_len"):

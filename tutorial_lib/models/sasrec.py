@@ -10,7 +10,7 @@ from .registry import register_model
 def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
                  dropout: float = 0.2, attn_dropout: float | None = None, layout: str = "paper",
                  ffn_dim: int | None = None, embedding_scale: bool = True,
-                 tie_embeddings: bool = True) -> SequentialRecommender:
+                 tie_embeddings: bool = True, ffn_placement: str = "block") -> SequentialRecommender:
     """SASRec.
 
     ``layout="paper"``: pre-LN blocks with an output projection and dropout on the attention output
@@ -18,6 +18,9 @@ def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 
     ``layout="tf"``: the released TF code (docs/methods.md §2.1): no output projection, keys/values from
     the un-normalised input, residual from the normalised input and dropout on the attention weights
     (``attn_dropout=None`` means ``dropout`` there).
+    ``ffn_placement="stack"``: the blocks are attention only and one FFN follows the stack. With
+    ``layout="tf"`` this is SASRec as the FPARec authors' code builds it (``--attention_type dot_product``,
+    docs/methods.md §4.2), the code behind the FPARec paper's SASRec baseline.
     """
     tf = layout == "tf"
     p_attn = attn_dropout if attn_dropout is not None else (dropout if tf else 0.0)
@@ -25,7 +28,7 @@ def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 
         n_items, max_len, d_model, n_layers,
         attention_factory=lambda i: DotProductAttention(d_model, n_heads, attn_dropout=p_attn, out_proj=not tf),
         dropout=dropout, ffn_dim=ffn_dim, layout=layout, embedding_scale=embedding_scale,
-        tie_embeddings=tie_embeddings,
+        tie_embeddings=tie_embeddings, ffn_placement=ffn_placement,
     )
 
 
