@@ -220,6 +220,23 @@ def test_rksa_kernel_subsets_are_variants_compared_on_the_seeds_they_share(tmp_p
     assert report.rksa_kernel_table([r for r in runs if r["model"] == "rksa"]) == ""
 
 
+def test_rksa_kernel_subsets_get_one_group_per_learning_rate_schedule(tmp_path):
+    path = tmp_path / "runs.csv"
+    base = {**ROW, "dataset": "video", "loss": "bce", "max_len": 50, "options": "n_heads=1 dropout=0.5", "seed": 42}
+    for model, decay, valid in (("rksa", None, 0.030), ("rksa-c", None, 0.031),
+                                ("rksa", 3, 0.032), ("rksa-c", 3, 0.030), ("rksa-iu", 3, 0.033)):
+        training = "epochs=200" + (f" lr_decay={decay}" if decay else "")
+        for protocol in ("full", "sampled100"):
+            append_run({**base, "model": model, "protocol": protocol, "valid_ndcg@10": valid, "training": training,
+                        "run_id": f"{model}{decay}"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    lines = report.rksa_kernel_table(runs).splitlines()[2:]
+    assert [line.split(" | ")[:2] for line in lines] == [
+        ["| video [1]", "C"], ["| video [1]", "C+I+U"],
+        ["| video, lr decay 3 [1]", "C"], ["| video, lr decay 3 [1]", "I+U"], ["| video, lr decay 3 [1]", "C+I+U"]]
+    assert "**0.03100**" in lines[0] and "**0.03300**" in lines[3]            # each schedule picks its own best
+
+
 def test_rksa_is_compared_with_the_sasrec_trained_like_it_over_shared_seeds(tmp_path):
     path = tmp_path / "runs.csv"
     like = {"dataset": "video", "loss": "bce", "max_len": 50, "options": "n_heads=1 dropout=0.5"}

@@ -568,8 +568,9 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     """RKSA's kernel subsets side by side (the paper's Table 3) on each dataset where two or more were trained
     the same way: validation NDCG@10 (what chooses a subset, docs/methods.md A11; best in bold), test HR@10 /
     NDCG@10 under ``sampled100`` (the paper's protocol) and ``full``, means over the seeds every subset shown
-    was run with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. ``""`` when no
-    dataset has two subsets."""
+    was run with; the paper's Table 3 (HR@10, ``sampled100``, on data we do not have) beside. One group per
+    dataset and learning-rate schedule (a constant rate, then each ``lr_decay`` the subsets were trained with:
+    the schedule changes which subset validation picks). ``""`` when no dataset has two subsets."""
     groups = grouped(runs, HEADLINE)
     by_run = {(r["run_id"], r["protocol"]): r for r in runs if r.get("run_id")}  # legacy rows: no link
     table3 = published(paper="RKSA", table="3")
@@ -582,11 +583,13 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     lines = [f"| dataset [seeds] | kernels | valid NDCG@10 | sampled100 HR@10 | NDCG@10 | full HR@10 | NDCG@10 | "
              + " | ".join(f"paper: {name} HR@10" for name in paper_sets) + " |",
              "|---|---|---:|---:|---:|---:|---:|" + "---:|" * len(paper_sets)]
-    for dataset in sorted({d for _, d in groups}):
+    decays = sorted({lr_decay_of(r) for r in runs if r.get("model", "").startswith("rksa")}, key=lambda d: d or 0)
+    for dataset, decay in ((d, decay) for d in sorted({d for _, d in groups}) for decay in decays):
+        schedule = {"training": f"lr_decay={decay}"} if decay is not None else {}
         found: dict[str, tuple[str, list[dict]]] = {}
         for k in RKSA_KERNELS:
             model = "rksa" if k == "ciu" else f"rksa-{k}"
-            rs = groups.get((run_label({"model": model, "dataset": dataset, "loss": loss}), dataset), [])
+            rs = groups.get((run_label({"model": model, "dataset": dataset, "loss": loss, **schedule}), dataset), [])
             first = next(iter(found.values()), (None, rs))[1][0] if rs else None
             if rs and rs[0].get("training") == first.get("training"):          # trained as the first one shown
                 found[k] = (model, rs)
@@ -603,7 +606,8 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
         for k, (model, valid, *tests) in rows.items():
             cells = [f"**{valid:.5f}**" if valid == best else f"{valid:.5f}", *(f"{v:.4f}" for v in tests),
                      *(f"{paper.get((model, name), math.nan):.4f}" for name in paper_sets)]
-            lines.append(f"| {dataset} [{len(seeds)}] | {'+'.join(k.upper())} | " + " | ".join(cells) + " |")
+            name = dataset if decay is None else f"{dataset}, lr decay {decay}"
+            lines.append(f"| {name} [{len(seeds)}] | {'+'.join(k.upper())} | " + " | ".join(cells) + " |")
     if len(lines) == 2:
         return ""
     return "\n".join(lines)
