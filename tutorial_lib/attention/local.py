@@ -130,7 +130,10 @@ class LocalAttention(Attention):
             if compat:
                 self.predictor = nn.ModuleList(nn.Linear(dh, 1) for _ in range(ml))
             else:
-                self.predictor = nn.ModuleList(nn.Sequential(nn.Linear(dh, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+                # no bias on the output layer: it would add one constant to every logit of a row, which the
+                # softmax cancels (its gradient is exactly zero), so it could never learn anything
+                self.predictor = nn.ModuleList(nn.Sequential(nn.Linear(dh, hidden), nn.ReLU(),
+                                                             nn.Linear(hidden, 1, bias=False))
                                                for _ in range(ml))
         self.reset_parameters()
 
@@ -245,7 +248,7 @@ class LocalAttention(Attention):
                 out.append((rows[:, :, None] + cols[:, None, :] + dm[None]).squeeze(-1))
             else:                  # the (B, L, L, h) hidden layer in row blocks (pairwise_bias.py: 10x faster)
                 second = pred[2]
-                out.append(pairwise_mlp_bias(rows, cols, dm, second.weight[0], causal=ctx.causal) + second.bias)
+                out.append(pairwise_mlp_bias(rows, cols, dm, second.weight[0], causal=ctx.causal))
         return torch.stack(out, dim=1)
 
     def _rnn(self, v: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
