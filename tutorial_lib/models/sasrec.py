@@ -20,7 +20,8 @@ def build_sasrec(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 
     (``attn_dropout=None`` means ``dropout`` there).
     ``ffn_placement="stack"``: the blocks are attention only and one FFN follows the stack. With
     ``layout="tf"`` this is SASRec as the FPARec authors' code builds it (``--attention_type dot_product``,
-    docs/methods.md §4.2), the code behind the FPARec paper's SASRec baseline.
+    docs/methods.md §4.2); whether the FPARec paper's SASRec baseline was trained with that code is not known
+    (§4.3).
     """
     tf = layout == "tf"
     p_attn = attn_dropout if attn_dropout is not None else (dropout if tf else 0.0)
