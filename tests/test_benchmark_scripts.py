@@ -79,10 +79,13 @@ def test_order_sensitivity_jitters_only_the_training_items_and_reports_each_orde
         assert max(moved, default=0) <= 2
     assert 0.4 < kept < 0.85 and script.jitter_order(data, 1.0)[1] == 1.0      # s <= 1 leaves the order alone
     out = tmp_path / "order.md"
-    assert script.main(["--dataset", "synthetic", "--epochs", "1", "--max-len", "20", "--jitter", "3",
-                        "--out", str(out)]) == 0
+    assert script.main(["--dataset", "synthetic", "--epochs", "2", "--max-len", "20", "--jitter", "3",
+                        "--batch-size", "16", "--eval-every", "1", "--out", str(out)]) == 0
     table = out.read_text()
-    assert "| as it is | 100.0% | 1 |" in table and "| jitter 3 |" in table and "commit:" in table
+    assert "| as it is | 100.0% |" in table and "| jitter 3 |" in table and "commit:" in table
+    assert "batch 16" in table and "validated every 1 epochs" in table
+    with pytest.raises(SystemExit):
+        script.main(["--dataset", "synthetic", "--batch-size", "0"])
 
 
 def test_eval_negatives_compares_both_rules(tmp_path, monkeypatch):
