@@ -3,7 +3,9 @@
 Trains ``sasrec`` (tied, the paper's model) and ``sasrec-untied`` (the course's variant) from the same seed
 for the same number of epochs, restores each one's best validation weights, and prints where each ranks
 the item the user has just consumed (see ``tutorial_lib.evaluation.diagnostics``) together with test NDCG@10
-with and without that one item in the ranking.
+with and without that one item in the ranking. The last four columns ask the same at the positions the
+model is trained on (every position of every training window): where the input item ranks there, the
+softmax probability it takes, and the share of the cross-entropy loss that this costs.
 
     python benchmarks/tied_embeddings.py                           # ML-1M (SEQREC_DATA_DIR) or synthetic
     python benchmarks/tied_embeddings.py --epochs 40 --out results/benchmarks/tied_embeddings.md
@@ -26,8 +28,9 @@ import time
 
 from tutorial_lib.cli import parse_option
 from tutorial_lib.data import leave_one_out, load_or_synthetic
+from tutorial_lib.data.batching import TrainingWindows
 from tutorial_lib.evaluation import Evaluator
-from tutorial_lib.evaluation.diagnostics import last_item_diagnosis
+from tutorial_lib.evaluation.diagnostics import input_item_diagnosis, last_item_diagnosis
 from tutorial_lib.experiments.artifacts import load_trained
 from tutorial_lib.experiments.run import ExperimentSpec, load_data
 from tutorial_lib.experiments.results import git_commit, publish_table
@@ -36,7 +39,15 @@ from tutorial_lib.training import TrainConfig, Trainer
 from tutorial_lib.utils import seed_everything
 
 DEFAULT_VARIANTS = ("sasrec", "sasrec-untied")
-COLUMNS = ("last_item_median_rank", "last_item_in_top10", "target_is_last_item", "ndcg@10", "ndcg@10_without_last")
+TRAINING_HEADER = ("at training positions: median rank of the input item | input item in top 10 | "
+                   "its probability | loss it costs (share of the loss)")
+
+
+def training_cells(model, split, max_len: int) -> str:
+    """The four training-position cells of a row (:func:`input_item_diagnosis` on every training window)."""
+    t = input_item_diagnosis(model, TrainingWindows.from_train(split.train, max_len))
+    return (f"{t['input_item_median_rank']:.0f} | {t['input_item_in_top10']:.1%} | "
+            f"{t['input_item_probability']:.2%} | {t['input_item_loss']:.4f} ({t['input_item_loss'] / t['loss']:.1%})")
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:
@@ -67,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.epochs} epochs (CE, max_len {args.max_len}, dropout 0.2, seed {args.seed}), best validation "
              "NDCG@10 weights restored.", "",
              "| model | best epoch | median rank of the last input item | last input item in top 10 | "
-             "target = last input item | test NDCG@10 | NDCG@10 without the last input item | s/epoch |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"target = last input item | test NDCG@10 | NDCG@10 without the last input item | s/epoch | {TRAINING_HEADER} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for variant in args.variant or DEFAULT_VARIANTS:
         name, options = parse_variant(variant)
         seed_everything(args.seed)
@@ -81,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         d = last_item_diagnosis(evaluator, model, "test")
         lines.append(f"| {variant} | {result.best_epoch} | {d['last_item_median_rank']:.0f} | "
                      f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
-                     f"{d['ndcg@10_without_last']:.4f} | {seconds:.1f} |")
+                     f"{d['ndcg@10_without_last']:.4f} | {seconds:.1f} | {training_cells(model, split, args.max_len)} |")
         print(lines[-1], flush=True)
     publish_table(lines, args.out, commit=commit)
     return 0
@@ -98,8 +109,8 @@ def diagnose_trained(paths: list[str], out: str | None, commit: str) -> int:
     lines = [f"Repeat diagnosis on {data.name}, test users, full ranking with the history kept; models kept by "
              "finished runs (the weights each run selected on validation).", "",
              "| model | options | run | median rank of the last input item | last input item in top 10 | "
-             "target = last input item | test NDCG@10 | NDCG@10 without the last input item |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
+             f"target = last input item | test NDCG@10 | NDCG@10 without the last input item | {TRAINING_HEADER} |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model, meta in loaded:
         if hasattr(model, "prepare"):
             model.prepare(split)  # RKSA's co-occurrence counts
@@ -107,7 +118,7 @@ def diagnose_trained(paths: list[str], out: str | None, commit: str) -> int:
         options = " ".join(f"{k}={v}" for k, v in sorted(meta["options"].items()))
         lines.append(f"| {meta['model']} | {options} | {meta['run_id']} | {d['last_item_median_rank']:.0f} | "
                      f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
-                     f"{d['ndcg@10_without_last']:.4f} |")
+                     f"{d['ndcg@10_without_last']:.4f} | {training_cells(model, split, meta['max_len'])} |")
         print(lines[-1], flush=True)
     publish_table(lines, out, commit=commit)
     return 0

@@ -22,6 +22,12 @@ def test_tied_embeddings_reports_both_models(tmp_path, capsys):
                                                 "--out", str(out)]) == 0
     table = out.read_text()
     assert "| sasrec | 1 |" in table and "| sasrec-untied | 1 |" in table and "commit:" in table
+    header, rule = [line for line in table.splitlines() if line.startswith("|")][:2]
+    assert "at training positions: median rank of the input item" in header
+    for row in (line for line in table.splitlines() if line.startswith("| sasrec")):
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == rule.count("|") - 1 == 12, row
+        assert 1 <= float(cells[8]) <= 500 and cells[9].endswith("%") and "(" in cells[11]
 
 
 def test_tied_embeddings_takes_variants_with_options(tmp_path):
