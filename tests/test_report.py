@@ -348,3 +348,24 @@ def test_the_fparec_ml1m_cell_prefers_a_run_of_the_authors_script_and_says_when_
     assert report.run_label(script) == "fparec (L=500, compat=True, d_model=50, n_heads=1)"
     append_run({**script, "hr@10": 0.20, "date": "2026-01-01", "run_id": "script"}, path)
     assert cell()["ours"] == 0.20 and "setting" not in cell()["reason"]   # the paper's setting, even if lower
+
+
+def test_equal_budget_table_compares_every_method_with_the_baseline_and_the_paper(tmp_path):
+    path = tmp_path / "equal.csv"
+    training = "epochs=60 batch_size=32 lr=0.001"
+    for model, hr, nd, valid in (("sasrec", 0.20, 0.10, 0.11), ("fparec", 0.21, 0.09, 0.10),
+                                 ("pattern-exponential", 0.18, 0.08, 0.09)):
+        for protocol, shift in (("full", 0.0), ("full-nohist", 0.05), ("sampled100", 0.6)):
+            append_run({**ROW, "model": model, "protocol": protocol, "seed": 43, "hr@10": hr + shift,
+                        "ndcg@10": nd + shift, "valid_ndcg@10": valid, "training": training, "run_id": model},
+                       path)
+    table = report.equal_budget_table(report.latest_runs(report.read_runs(path)))
+    rows = {line.split(" | ")[1]: line for line in table.splitlines()[2:]}
+    assert list(rows) == ["sasrec", "fparec", "pattern-exponential"]
+    sasrec, fparec, pattern = rows["sasrec"], rows["fparec"], rows["pattern-exponential"]
+    assert "| seed 43, 60 epochs at batch 32 | 0.1100 | 0.2000 / 0.1000 | — | 0.2500 / 0.1500 | 0.8000 / 0.7000 |" in sasrec
+    assert "| 0.2346 / 0.1186 | — |" in sasrec                                  # the FPARec paper's SASRec
+    assert "| 0.2100 / 0.0900 | +5.0% / -10.0% |" in fparec
+    assert "| 0.2419 / 0.1232 | +3.1% / +3.9% |" in fparec                       # Table 3 over its SASRec
+    assert "| 0.2386 / 0.1283 | +1.7% / +8.2% |" in pattern                      # Table 4
+    assert report.equal_budget_table([]) == "_No equal-budget runs recorded yet._"

@@ -697,6 +697,76 @@ def runs_table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+# ----------------------------------------------------------------------------- equal budget
+EQUAL_BUDGET = Path("results") / "ablations" / "equal_budget.csv"
+
+
+def _budget_of(run: dict) -> str:
+    """``"seed 43, 60 epochs at batch 32"`` from a row's seed and ``training`` settings."""
+    settings = dict(kv.split("=", 1) for kv in (run.get("training") or "").split() if "=" in kv)
+    return f"seed {run.get('seed', '?')}, {settings.get('epochs', '?')} epochs at batch {settings.get('batch_size', '?')}"
+
+
+def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
+    """Every configuration of an equal-budget results file on one line per dataset: best validation NDCG@10,
+    test HR@10 / NDCG@10 under full ranking with the change over ``baseline`` trained the same way, the same
+    with the history removed and under ``sampled100``, seconds per epoch, and the FPARec paper's number for the
+    model where its Table 3 or 4 has one (with that paper's change over its own SASRec)."""
+    cells: dict[tuple[str, str], dict[str, list[dict]]] = {}
+    for r in runs:
+        cells.setdefault((run_label(r), r["dataset"]), {}).setdefault(r["protocol"], []).append(r)
+    full = {key: rows[HEADLINE] for key, rows in cells.items() if HEADLINE in rows}
+    if not full:
+        return "_No equal-budget runs recorded yet._"
+    paper = {(rec.model, rec.dataset, rec.metric): rec.value for rec in PUBLISHED
+             if rec.paper == "FPARec" and rec.table in ("3", "4") and rec.protocol == HEADLINE}
+
+    def pair(rows: list[dict] | None) -> str:
+        if not rows:
+            return "—"
+        return " / ".join(f"{_mean_std([r[m] for r in rows])[0]:.4f}" for m in ("hr@10", "ndcg@10"))
+
+    lines = ["| dataset | method | budget | valid NDCG@10 | full HR@10 / NDCG@10 | change over "
+             f"{baseline} | full-nohist | sampled100 | s/epoch | FPARec paper | paper's change over its SASRec |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for dataset in sorted({d for _, d in full}):
+        base = full.get((baseline, dataset))
+        for label in _method_order({m for m, d in full if d == dataset}):
+            rows = full[(label, dataset)]
+            budgets = sorted({_budget_of(r) for r in rows})
+            seeds = f" [{len(rows)}]" if len(rows) > 1 else ""
+            change = "—" if base is None or label == baseline else " / ".join(
+                _relative(_mean_std([r[m] for r in rows])[0], _mean_std([r[m] for r in base])[0])
+                for m in ("hr@10", "ndcg@10"))
+            model = rows[0]["model"]
+            theirs = [paper.get((model, dataset, m)) for m in ("hr@10", "ndcg@10")]
+            base_theirs = [paper.get((baseline, dataset, m)) for m in ("hr@10", "ndcg@10")]
+            published = "—" if None in theirs or label != model else " / ".join(f"{v:.4f}" for v in theirs)
+            paper_change = "—" if published == "—" or None in base_theirs or model == baseline else " / ".join(
+                _relative(v, b) for v, b in zip(theirs, base_theirs))
+            other = cells[(label, dataset)]
+            lines.append(f"| {dataset} | {label}{seeds} | {'; '.join(budgets)} | "
+                         f"{_mean_std([r['valid_ndcg@10'] for r in rows])[0]:.4f} | {pair(rows)} | {change} | "
+                         f"{pair(other.get('full-nohist'))} | {pair(other.get('sampled100'))} | "
+                         f"{_mean_std([r['seconds_per_epoch'] for r in rows])[0]:.1f} | {published} | {paper_change} |")
+    return "\n".join(lines)
+
+
+def _equal_budget_section(path: Path | None = None) -> list[str]:
+    path = path or project_root() / EQUAL_BUDGET
+    runs = latest_runs(read_runs(path))
+    if not runs:
+        return []
+    return ["## Equal budget", "",
+            f"Generated from `{EQUAL_BUDGET.as_posix()}`: each method trained with one budget, seed and setting (the "
+            "rows' commands), so that the methods can be compared with each other, unlike the main table, whose "
+            "cells keep their own budgets. The labels name what a run changed from the presets. The FPARec "
+            "paper's numbers (Table 3, and Table 4 for the handcrafted patterns, whose formulas were lost: ours are "
+            "documented choices) come from its authors' own budget (801 epochs) and, for FPARec on ML-1M, from "
+            "max_len 500.", "",
+            equal_budget_table(runs)]
+
+
 # ----------------------------------------------------------------------------- documents
 def render_section(results: Path | None = None) -> str:
     """README's generated section: the main table and the scorecard cells we have run."""
@@ -783,6 +853,7 @@ def render_results_readme(results: Path | None = None) -> str:
               *(["", "## RKSA against SASRec", "", "\n\n".join(rksa)] if (rksa := _rksa_section(runs)) else []),
               *(["", "## RKSA's kernel subsets", "", "\n\n".join(kernels)] if (kernels := _kernel_section(runs))
                 else []),
+              *([""] + equal if (equal := _equal_budget_section()) else []),
               "", "## Every run", "", runs_table(rows), ""]
     return "\n".join(parts)
 
