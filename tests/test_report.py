@@ -369,3 +369,14 @@ def test_equal_budget_table_compares_every_method_with_the_baseline_and_the_pape
     assert "| 0.2419 / 0.1232 | +3.1% / +3.9% |" in fparec                       # Table 3 over its SASRec
     assert "| 0.2386 / 0.1283 | +1.7% / +8.2% |" in pattern                      # Table 4
     assert report.equal_budget_table([]) == "_No equal-budget runs recorded yet._"
+
+
+def test_a_published_cell_run_only_at_the_equal_budget_says_where(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "run_id": "a"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    card = {(r["model"], r["metric"]): r for r in report.scorecard_rows(runs, elsewhere={("pattern-linear", "ml-1m")})
+            if r["paper"] == "FPARec" and r["dataset"] == "ml-1m"}
+    assert card[("pattern-linear", "hr@10")]["reason"].startswith("not in results/runs.csv; run in the equal-budget")
+    assert card[("pattern-average", "hr@10")]["reason"].startswith("not run yet")
+    assert "equal-budget" not in report.scorecard_table(runs, only_run=True, elsewhere={("pattern-linear", "ml-1m")})

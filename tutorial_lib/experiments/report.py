@@ -21,6 +21,7 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -291,8 +292,10 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
     return "\n".join(head + lines)
 
 
-def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> list[dict]:
-    """Each published cell with a dataset here, beside ours under the paper's protocol."""
+def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
+                   elsewhere: Collection[tuple[str, str]] = ()) -> list[dict]:
+    """Each published cell with a dataset here, beside ours under the paper's protocol. ``elsewhere``: the
+    ``(model, dataset)`` pairs run only in the equal-budget comparison, which a cell without a run names."""
     records = PUBLISHED if records is None else records
     by_protocol = {p: grouped(runs, p) for p in {rec.protocol for rec in records}}
     out = []
@@ -311,7 +314,8 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None) -> 
         mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
         reasons = []
         if not ours:
-            reasons.append("not run yet")
+            reasons.append(f"not in results/runs.csv; run in the equal-budget comparison ({EQUAL_BUDGET.as_posix()})"
+                           if (rec.model, rec.dataset) in elsewhere else "not run yet")
         elif math.isnan(mean):
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
         if ours and loss != (rec.loss or "ce"):
@@ -346,8 +350,8 @@ def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], 
                       "training": " ".join(f"{k}={v}" for k, v in training)})
 
 
-def scorecard_table(runs: list[dict], only_run: bool = False) -> str:
-    rows = scorecard_rows(runs)
+def scorecard_table(runs: list[dict], only_run: bool = False, elsewhere: Collection[tuple[str, str]] = ()) -> str:
+    rows = scorecard_rows(runs, elsewhere=elsewhere)
     if only_run:
         rows = [r for r in rows if r["seeds"] and not math.isnan(r["ours"])]
     if not rows:
@@ -752,9 +756,12 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
     return "\n".join(lines)
 
 
-def _equal_budget_section(path: Path | None = None) -> list[str]:
-    path = path or project_root() / EQUAL_BUDGET
-    runs = latest_runs(read_runs(path))
+def _equal_budget_runs() -> list[dict]:
+    return latest_runs(read_runs(project_root() / EQUAL_BUDGET))
+
+
+def _equal_budget_section() -> list[str]:
+    runs = _equal_budget_runs()
     if not runs:
         return []
     return ["## Equal budget", "",
@@ -848,7 +855,8 @@ def render_results_readme(results: Path | None = None) -> str:
               "Every published table cell whose dataset we have, beside our number under that paper's protocol "
               "(mean over the seeds run, [n] = seeds). Cells of datasets we do not have (SASRec's Beauty, "
               "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
-              "`tutorial_lib/experiments/published.py`.", "", scorecard_table(runs),
+              "`tutorial_lib/experiments/published.py`.", "",
+              scorecard_table(runs, elsewhere={(r["model"], r["dataset"]) for r in _equal_budget_runs()}),
               *(["", "## Locker's encoders against their backbone", "", "\n\n".join(locker)] if locker else []),
               *(["", "## RKSA against SASRec", "", "\n\n".join(rksa)] if (rksa := _rksa_section(runs)) else []),
               *(["", "## RKSA's kernel subsets", "", "\n\n".join(kernels)] if (kernels := _kernel_section(runs))
