@@ -89,9 +89,14 @@ def test_order_sensitivity_jitters_only_the_training_items_and_reports_each_orde
                         "--batch-size", "16", "--eval-every", "1", "--out", str(out)]) == 0
     table = out.read_text()
     assert "| as it is | 100.0% |" in table and "| jitter 3 |" in table and "commit:" in table
-    assert "batch 16" in table and "validated every 1 epochs" in table
+    assert "batch 16" in table and "validated every 1 epochs" in table and ": sasrec trained 2 epochs" in table
+    assert script.main(["--dataset", "synthetic", "--model", "pattern-average", "--epochs", "1", "--max-len", "20",
+                        "--out", str(out)]) == 0
+    assert ": pattern-average trained 1 epochs" in out.read_text()
     with pytest.raises(SystemExit):
         script.main(["--dataset", "synthetic", "--batch-size", "0"])
+    with pytest.raises(SystemExit):
+        script.main(["--dataset", "synthetic", "--model", "sasrex"])
 
 
 def test_eval_negatives_compares_both_rules(tmp_path, monkeypatch):
