@@ -725,10 +725,11 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
     paper = {(rec.model, rec.dataset, rec.metric): rec.value for rec in PUBLISHED
              if rec.paper == "FPARec" and rec.table in ("3", "4") and rec.protocol == HEADLINE}
 
+    def mean(rows: list[dict], metric: str) -> float:
+        return _mean_std([r[metric] for r in rows])[0]
+
     def pair(rows: list[dict] | None) -> str:
-        if not rows:
-            return "—"
-        return " / ".join(f"{_mean_std([r[m] for r in rows])[0]:.4f}" for m in ("hr@10", "ndcg@10"))
+        return " / ".join(f"{mean(rows, m):.4f}" for m in ("hr@10", "ndcg@10")) if rows else "—"
 
     lines = ["| dataset | method | budget | valid NDCG@10 | full HR@10 / NDCG@10 | change over "
              f"{baseline} | full-nohist | sampled100 | s/epoch | FPARec paper | paper's change over its SASRec |",
@@ -740,8 +741,7 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
             budgets = sorted({_budget_of(r) for r in rows})
             seeds = f" [{len(rows)}]" if len(rows) > 1 else ""
             change = "—" if base is None or label == baseline else " / ".join(
-                _relative(_mean_std([r[m] for r in rows])[0], _mean_std([r[m] for r in base])[0])
-                for m in ("hr@10", "ndcg@10"))
+                _relative(mean(rows, m), mean(base, m)) for m in ("hr@10", "ndcg@10"))
             model = rows[0]["model"]
             theirs = [paper.get((model, dataset, m)) for m in ("hr@10", "ndcg@10")]
             base_theirs = [paper.get((baseline, dataset, m)) for m in ("hr@10", "ndcg@10")]
@@ -750,9 +750,9 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
                 _relative(v, b) for v, b in zip(theirs, base_theirs))
             other = cells[(label, dataset)]
             lines.append(f"| {dataset} | {label}{seeds} | {'; '.join(budgets)} | "
-                         f"{_mean_std([r['valid_ndcg@10'] for r in rows])[0]:.4f} | {pair(rows)} | {change} | "
+                         f"{mean(rows, 'valid_ndcg@10'):.4f} | {pair(rows)} | {change} | "
                          f"{pair(other.get('full-nohist'))} | {pair(other.get('sampled100'))} | "
-                         f"{_mean_std([r['seconds_per_epoch'] for r in rows])[0]:.1f} | {published} | {paper_change} |")
+                         f"{mean(rows, 'seconds_per_epoch'):.1f} | {published} | {paper_change} |")
     return "\n".join(lines)
 
 
@@ -760,8 +760,7 @@ def _equal_budget_runs() -> list[dict]:
     return latest_runs(read_runs(project_root() / EQUAL_BUDGET))
 
 
-def _equal_budget_section() -> list[str]:
-    runs = _equal_budget_runs()
+def _equal_budget_section(runs: list[dict]) -> list[str]:
     if not runs:
         return []
     return ["## Equal budget", "",
@@ -822,6 +821,7 @@ def render_results_readme(results: Path | None = None) -> str:
     path = results or default_results_path()
     rows = read_runs(path)
     runs = latest_runs(rows)
+    equal_runs = _equal_budget_runs()
     protocols = sorted({r["protocol"] for r in runs} - {HEADLINE})
     locker = _locker_section(runs, locker_table(runs))
     parts = [
@@ -856,12 +856,12 @@ def render_results_readme(results: Path | None = None) -> str:
               "(mean over the seeds run, [n] = seeds). Cells of datasets we do not have (SASRec's Beauty, "
               "RecBole's Yelp and Books, RKSA's MovieLens, CiteULike and Steam) are listed in "
               "`tutorial_lib/experiments/published.py`.", "",
-              scorecard_table(runs, elsewhere={(r["model"], r["dataset"]) for r in _equal_budget_runs()}),
+              scorecard_table(runs, elsewhere={(r["model"], r["dataset"]) for r in equal_runs}),
               *(["", "## Locker's encoders against their backbone", "", "\n\n".join(locker)] if locker else []),
               *(["", "## RKSA against SASRec", "", "\n\n".join(rksa)] if (rksa := _rksa_section(runs)) else []),
               *(["", "## RKSA's kernel subsets", "", "\n\n".join(kernels)] if (kernels := _kernel_section(runs))
                 else []),
-              *([""] + equal if (equal := _equal_budget_section()) else []),
+              *([""] + equal if (equal := _equal_budget_section(equal_runs)) else []),
               "", "## Every run", "", runs_table(rows), ""]
     return "\n".join(parts)
 
