@@ -113,7 +113,8 @@ def input_item_diagnosis(model: nn.Module, windows: TrainingWindows, k: int = 10
             losses.append(-log_p.gather(1, (target - 1)[:, None])[:, 0].double().cpu())
             repeat = seen.eq(target)
             repeats.append(repeat.cpu())
-            keep, own = ~repeat, seen[~repeat]
+            keep = ~repeat
+            own = seen[keep]
             ranks.append(rank_of_target(scores[keep], own).cpu())
             log_p, column = log_p[keep], (own - 1)[:, None]
             probabilities.append(log_p.gather(1, column)[:, 0].double().exp().cpu())

@@ -87,7 +87,7 @@ def run_label(run: dict, base: ExperimentSpec | None = None) -> str:
     except ValueError:
         pass
     ran = {**{k: str(v) for k, v in implied.items()},
-           **dict(kv.split("=", 1) for kv in (run.get("options") or "").split() if "=" in kv)}
+           **key_values(run.get("options"))}
     # an option a row does not record, or records at the base model's default, is not a change
     preset_text = {k: str(v) for k, v in {**get_model_entry(model).options(), **preset}.items()}
     changes += [f"{k}={v}" for k, v in sorted(ran.items()) if v != preset_text.get(k)]
@@ -100,6 +100,11 @@ def run_label(run: dict, base: ExperimentSpec | None = None) -> str:
     if not changes:
         return label
     return f"{label[:-1]}, {', '.join(changes)})" if label.endswith(")") else f"{label} ({', '.join(changes)})"
+
+
+def key_values(text: str | None) -> dict[str, str]:
+    """``"k=40 dropout=0.2"`` (a row's ``options`` or ``training``) -> ``{"k": "40", "dropout": "0.2"}``."""
+    return dict(kv.split("=", 1) for kv in (text or "").split() if "=" in kv)
 
 
 def lr_decay_of(run: dict) -> int | None:
@@ -707,7 +712,7 @@ EQUAL_BUDGET = Path("results") / "ablations" / "equal_budget.csv"
 
 def _budget_of(run: dict) -> str:
     """``"seed 43, 60 epochs at batch 32"`` from a row's seed and ``training`` settings."""
-    settings = dict(kv.split("=", 1) for kv in (run.get("training") or "").split() if "=" in kv)
+    settings = key_values(run.get("training"))
     return f"seed {run.get('seed', '?')}, {settings.get('epochs', '?')} epochs at batch {settings.get('batch_size', '?')}"
 
 
