@@ -380,3 +380,22 @@ def test_a_published_cell_run_only_at_the_equal_budget_says_where(tmp_path):
     assert card[("pattern-linear", "hr@10")]["reason"].startswith("not in results/runs.csv; run in the equal-budget")
     assert card[("pattern-average", "hr@10")]["reason"].startswith("not run yet")
     assert "equal-budget" not in report.scorecard_table(runs, only_run=True, elsewhere={("pattern-linear", "ml-1m")})
+
+
+def test_a_column_trained_at_several_budgets_says_which_method_had_which(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "training": "epochs=180 batch_size=32", "run_id": "a"}, path)
+    append_run({**ROW, "model": "fparec", "training": "epochs=180 batch_size=32", "run_id": "b"}, path)
+    append_run({**ROW, "model": "locker-conv", "training": "epochs=50 batch_size=128", "run_id": "c"}, path)
+    append_run({**ROW, "model": "rksa", "run_id": "d"}, path)                        # an old row: no settings
+    append_run({**ROW, "dataset": "beauty", "training": "epochs=200 batch_size=128", "run_id": "e"}, path)
+    append_run({**ROW, "dataset": "beauty", "model": "fparec", "training": "epochs=200 batch_size=128",
+                "run_id": "f"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    note = report.main_table(runs).splitlines()[-1]
+    assert note.startswith("Training budgets")
+    assert ("ml-1m: 50 epochs at batch 128 (locker-conv), 180 epochs at batch 32 (sasrec, fparec), "
+            "budget not recorded (rksa).") in note                        # numeric order, unknown last
+    assert "beauty" not in note                                           # one budget: nothing to say
+    one = [r for r in runs if r["dataset"] == "beauty"]
+    assert "Training budgets" not in report.main_table(one)

@@ -256,7 +256,42 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
         lines += [""] if other else []
         lines.append(f"{SAMPLED_MARK} trained with sampled softmax ({' / '.join(negatives) or 'N'} shared uniform "
                      "negatives per batch) instead of full cross-entropy.")
+    mixed = {} if variants else mixed_budgets(groups)
+    if mixed:
+        lines += [""] if other or sampled & set(groups) else []
+        lines.append("Training budgets (epoch cap at a batch size; early stopping may end a run sooner) differ "
+                     "within a column, so its cells are not all comparable: " + "; ".join(
+                         f"{dataset}: " + ", ".join(f"{budget} ({', '.join(methods)})"
+                                                    for budget, methods in by_budget.items())
+                         for dataset, by_budget in mixed.items()) + ". The \"Equal budget\" table of "
+                     "results/README.md compares methods trained alike.")
     return "\n".join(lines).rstrip()
+
+
+def training_budget(run: dict) -> str:
+    """``"60 epochs at batch 32"``: a row's epoch cap and batch size from its ``training`` settings
+    (``"budget not recorded"`` for a row written before they were)."""
+    settings = key_values(run.get("training"))
+    if "epochs" not in settings and "batch_size" not in settings:
+        return "budget not recorded"
+    return f"{settings.get('epochs', '?')} epochs at batch {settings.get('batch_size', '?')}"
+
+
+def mixed_budgets(groups: dict[tuple[str, str], list[dict]]) -> dict[str, dict[str, list[str]]]:
+    """For each dataset whose cells were trained with more than one :func:`training_budget`: budget -> the
+    methods trained with it, in the table's order (datasets sorted, budgets by epochs, then batch size)."""
+    by_dataset: dict[str, dict[str, list[str]]] = {}
+    for label in _method_order({m for m, _ in groups}):
+        for (m, dataset), rs in sorted(groups.items()):
+            if m == label:
+                for budget in sorted({training_budget(r) for r in rs}):
+                    by_dataset.setdefault(dataset, {}).setdefault(budget, []).append(label)
+    def numeric(budget: str) -> tuple:
+        return tuple(int(w) if w.isdigit() else math.inf for w in budget.split() if w.isdigit() or w == "?") \
+            or (math.inf,)
+
+    return {d: dict(sorted(b.items(), key=lambda item: numeric(item[0])))
+            for d, b in sorted(by_dataset.items()) if len(b) > 1}
 
 
 def _negatives(run: dict) -> str:
@@ -712,8 +747,7 @@ EQUAL_BUDGET = Path("results") / "ablations" / "equal_budget.csv"
 
 def _budget_of(run: dict) -> str:
     """``"seed 43, 60 epochs at batch 32"`` from a row's seed and ``training`` settings."""
-    settings = key_values(run.get("training"))
-    return f"seed {run.get('seed', '?')}, {settings.get('epochs', '?')} epochs at batch {settings.get('batch_size', '?')}"
+    return f"seed {run.get('seed', '?')}, {training_budget(run)}"
 
 
 def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
