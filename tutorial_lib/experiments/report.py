@@ -29,6 +29,7 @@ from ..models.registry import get_model_entry
 from .published import PUBLISHED, Published, published
 from .run import ExperimentSpec
 from .results import default_results_path, project_root, read_runs
+from .stats import mean_std, paired_ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 HEADLINE = "full"
@@ -125,15 +126,6 @@ def is_variant(label: str, run: dict) -> bool:
     return label not in (method_label(run["model"], loss), method_label(run["model"], "ce"))
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    vals = [v for v in values if not math.isnan(v)]
-    if not vals:
-        return math.nan, math.nan
-    mean = sum(vals) / len(vals)
-    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else 0.0
-    return mean, std
-
-
 def config_key(run: dict) -> str:
     """Everything that defines a run except its seed: runs with the same key are seeds of one configuration."""
     if run.get("training"):
@@ -226,7 +218,7 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
     datasets = sorted({d for _, d in groups})
     lines = []
     for metric in metrics:
-        best = {d: max((_mean_std([r[metric] for r in groups[(m, d)]])[0] for m in methods if (m, d) in groups),
+        best = {d: max((mean_std([r[metric] for r in groups[(m, d)]])[0] for m in methods if (m, d) in groups),
                        default=math.nan) for d in datasets}
         lines += [f"**Test {metric.upper()}** ({protocol} ranking; mean ± std over seeds, [n] = number of seeds "
                   "when not 3)", "", "| method | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
@@ -237,7 +229,7 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
                 if not rs:
                     cells.append("—")
                     continue
-                mean, std = _mean_std([r[metric] for r in rs])
+                mean, std, _ = mean_std([r[metric] for r in rs])
                 text = f"{mean:.4f} ± {std:.4f}" if len(rs) > 1 else f"{mean:.4f}"
                 if len(rs) != 3:
                     text += f" [{len(rs)}]"
@@ -315,10 +307,10 @@ def loss_comparison_table(runs: list[dict], protocol: str = HEADLINE) -> str:
         full, sampled = ([r for r in rs if r.get("seed") in seeds] for rs in (full, sampled))
         cells = []
         for metric in ("hr@10", "ndcg@10"):
-            ce, sm = (_mean_std([r[metric] for r in rs])[0] for rs in (full, sampled))
+            ce, sm = (mean_std([r[metric] for r in rs])[0] for rs in (full, sampled))
             cells.append(f"{ce:.4f} | {sm:.4f} | {_relative(sm, ce)}")
-        speed = [_mean_std([r["seconds_per_epoch"] for r in rs])[0] for rs in (full, sampled)]
-        total = [_mean_std([r["train_seconds"] for r in rs])[0] / 60 for rs in (full, sampled)]
+        speed = [mean_std([r["seconds_per_epoch"] for r in rs])[0] for rs in (full, sampled)]
+        total = [mean_std([r["train_seconds"] for r in rs])[0] / 60 for rs in (full, sampled)]
         epochs = [" / ".join(sorted({f"{r.get('best_epoch')}/{r.get('epochs')}" for r in rs}))
                   for rs in (full, sampled)]
         lines.append(f"| {method} | {dataset} | {', '.join(sorted(seeds))} | {_negatives(sampled[0])} | "
@@ -351,7 +343,7 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
         found = [(loss, label, rs) for loss, label in dict.fromkeys(labels)
                  if (rs := by_protocol[rec.protocol].get((label, rec.dataset)))]
         loss, label, ours = found[0] if found else (losses[0], "", [])
-        mean, _ = _mean_std([r[rec.metric] for r in ours]) if ours else (math.nan, math.nan)
+        mean = mean_std([r[rec.metric] for r in ours])[0]
         reasons = []
         if not ours:
             reasons.append(f"not in results/runs.csv; run in the equal-budget comparison ({EQUAL_BUDGET.as_posix()})"
@@ -413,10 +405,8 @@ def _relative(value: float, base: float) -> str:
 def _paired_interval(values: list, base: list) -> str:
     """The paired 95% interval (Student's t over the seeds) of ``values - base``, in per cent of ``base``'s
     mean: ``"[-2.1, +0.4]%"``; ``"—"`` with fewer than two pairs (no interval from one seed)."""
-    from ..viz.benchmark import paired_ci   # the course's one paired test (notebook 07 builds it)
-
     a, b = [float(v) for v in values], [float(v) for v in base]
-    mean = _mean_std(b)[0]
+    mean = mean_std(b)[0]
     if len(a) < 2 or math.isnan(mean) or mean == 0:
         return "—"
     ci = paired_ci(a, b)
@@ -438,7 +428,7 @@ class _LockerData:
     def ours(self, model: str, dataset: str, loss: str) -> tuple[float, float, int]:
         """Mean HR@20 and NDCG@20 over the seeds of ``model``, and the number of seeds."""
         rs = self.runs(model, dataset, loss)
-        return (*(_mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
+        return (*(mean_std([r[m] for r in rs])[0] for m in ("hr@20", "ndcg@20")), len(rs))
 
     def runs(self, model: str, dataset: str, loss: str) -> list[dict]:
         """Our runs (one per seed) of ``model`` trained with ``loss`` on ``dataset``."""
@@ -452,7 +442,7 @@ class _LockerData:
         if not mine:
             return "— / —"
         theirs = [base[r.get("seed")] for r in mine]
-        return " / ".join(_relative(_mean_std([r[m] for r in mine])[0], _mean_std([r[m] for r in theirs])[0])
+        return " / ".join(_relative(mean_std([r[m] for r in mine])[0], mean_std([r[m] for r in theirs])[0])
                           for m in ("hr@20", "ndcg@20"))
 
     def theirs(self, dataset: str, model: str) -> tuple[float, float]:
@@ -589,10 +579,10 @@ def rksa_table(runs: list[dict]) -> str:
                 continue
             cells = []
             for rs in pair:
-                stats = [_mean_std([r[m] for r in rs]) for m in ("hr@10", "ndcg@10")]
-                cells.append(" / ".join(f"{mean:.4f}" + (f" ± {std:.4f}" if len(rs) > 1 else "") for mean, std in stats))
+                stats = [mean_std([r[m] for r in rs]) for m in ("hr@10", "ndcg@10")]
+                cells.append(" / ".join(f"{mean:.4f}" + (f" ± {std:.4f}" if len(rs) > 1 else "") for mean, std, _ in stats))
             per_metric = [([r[m] for r in pair[1]], [r[m] for r in pair[0]]) for m in ("hr@10", "ndcg@10")]
-            change = " / ".join(_relative(_mean_std(a)[0], _mean_std(b)[0]) for a, b in per_metric)
+            change = " / ".join(_relative(mean_std(a)[0], mean_std(b)[0]) for a, b in per_metric)
             interval = " / ".join(_paired_interval(a, b) for a, b in per_metric)
             theirs = [" / ".join(f"{v:.4f}" for v in vals) if not any(map(math.isnan, vals)) else "—"
                       for vals in ([paper.get((dataset, m, k), math.nan) for k in ("hr@10", "ndcg@10")]
@@ -622,7 +612,7 @@ def rksa_kernel_table(runs: list[dict], loss: str = "bce") -> str:
     paper = {(rec.model, rec.paper_dataset): rec.value for rec in table3}
 
     def mean(rows: list[dict | None], metric: str) -> float:
-        return _mean_std([r[metric] if r else math.nan for r in rows])[0]
+        return mean_std([r[metric] if r else math.nan for r in rows])[0]
 
     lines = [f"| dataset [seeds] | kernels | valid NDCG@10 | sampled100 HR@10 | NDCG@10 | full HR@10 | NDCG@10 | "
              + " | ".join(f"paper: {name} HR@10" for name in paper_sets) + " |",
@@ -765,7 +755,7 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
              if rec.paper == "FPARec" and rec.table in ("3", "4") and rec.protocol == HEADLINE}
 
     def mean(rows: list[dict], metric: str) -> float:
-        return _mean_std([r[metric] for r in rows])[0]
+        return mean_std([r[metric] for r in rows])[0]
 
     def pair(rows: list[dict] | None) -> str:
         return " / ".join(f"{mean(rows, m):.4f}" for m in ("hr@10", "ndcg@10")) if rows else "—"
