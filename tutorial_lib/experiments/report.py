@@ -272,13 +272,13 @@ def training_budget(run: dict) -> str:
 def mixed_budgets(groups: dict[tuple[str, str], list[dict]]) -> dict[str, dict[str, list[str]]]:
     """For each dataset whose cells were trained with more than one :func:`training_budget`: budget -> the
     methods trained with it, in the table's order (datasets sorted, budgets by epochs, then batch size)."""
+    order = {label: i for i, label in enumerate(_method_order({m for m, _ in groups}))}
     by_dataset: dict[str, dict[str, list[str]]] = {}
-    for label in _method_order({m for m, _ in groups}):
-        for (m, dataset), rs in sorted(groups.items()):
-            if m == label:
-                for budget in sorted({training_budget(r) for r in rs}):
-                    by_dataset.setdefault(dataset, {}).setdefault(budget, []).append(label)
-    def numeric(budget: str) -> tuple:
+    for (label, dataset), rs in sorted(groups.items(), key=lambda item: order[item[0][0]]):
+        for budget in {training_budget(r) for r in rs}:
+            by_dataset.setdefault(dataset, {}).setdefault(budget, []).append(label)
+
+    def numeric(budget: str) -> tuple[float, ...]:  # "50 epochs at batch 128" -> (50, 128); unknown last
         return tuple(int(w) if w.isdigit() else math.inf for w in budget.split() if w.isdigit() or w == "?") \
             or (math.inf,)
 
