@@ -48,3 +48,20 @@ def test_a_process_records_the_commit_it_started_from(tmp_path, monkeypatch):
     _git(tmp_path, "commit", "-qam", "second")                 # committed while the process trains
     assert results.git_commit() != first
     assert results.process_commit() == first
+
+
+def test_provenance_says_when_the_library_comes_from_another_checkout(tmp_path, monkeypatch):
+    library, other = tmp_path / "library", tmp_path / "worktree"
+    for repo in (library, other):
+        repo.mkdir()
+        _git(repo, "init", "-q")
+    monkeypatch.setattr(results, "project_root", lambda: library)
+    monkeypatch.chdir(library)
+    assert results.library_elsewhere() is None
+    assert not any(line.startswith("library:") for line in results.provenance_lines(commit="abc"))
+    monkeypatch.chdir(other)                          # a second worktree whose scripts import the first's code
+    note = results.library_elsewhere()
+    assert note is not None and str(library) in note and str(other.resolve()) in note
+    assert any(line.startswith("library:") for line in results.provenance_lines(commit="abc"))
+    monkeypatch.chdir(tmp_path)                       # not a checkout at all: nothing to say
+    assert results.library_elsewhere() is None

@@ -179,8 +179,23 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def library_elsewhere() -> str | None:
+    """A note when the working directory is a git checkout other than the one ``tutorial_lib`` was imported
+    from (a script run as ``python benchmarks/x.py`` in a second worktree imports the editable install's code,
+    not the worktree's: set ``PYTHONPATH`` to the worktree); ``None`` otherwise."""
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    here = Path(top.stdout.strip()).resolve() if top.returncode == 0 and top.stdout.strip() else None
+    if here is None or here == project_root().resolve():
+        return None
+    return f"tutorial_lib imported from {project_root()}, not from the working directory's checkout {here}"
+
+
 def provenance_lines(device: torch.device | None = None, commit: str | None = None) -> list[str]:
-    """Markdown footer of a benchmark table: the exact command, commit, hardware, library versions and date.
+    """Markdown footer of a benchmark table: the exact command, commit, hardware, library versions and date
+    (and, when they differ, where the library came from: :func:`library_elsewhere`).
 
     A script that runs for long should pass the ``commit`` it read when it started (the code that ran)."""
     import platform
@@ -188,7 +203,9 @@ def provenance_lines(device: torch.device | None = None, commit: str | None = No
 
     import numpy as np
 
+    elsewhere = library_elsewhere()
     return [f"command: `python {' '.join(sys.argv)}`  ", f"commit: {commit or git_commit()}  ",
+            *([f"library: {elsewhere}  "] if elsewhere else []),
             f"hardware: {hardware_description(device or torch.device('cpu'))}  ",
             f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
             f"date: {now_iso()}"]
@@ -202,5 +219,5 @@ def _fmt(v: object) -> str:
 
 __all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "process_commit",
            "hardware_description",
-           "provenance_lines", "publish_table",
+           "provenance_lines", "publish_table", "library_elsewhere",
            "default_results_path", "now_iso", "project_root"]
