@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,37 @@ def test_eval_negatives_compares_both_rules(tmp_path, monkeypatch):
     assert f"| {path.stem.split('_')[-1]} |" in table and "d_model=8" in table
     with pytest.raises(SystemExit):
         script.main(["--draws", "0"])
+
+
+def test_compare_trained_gives_a_paired_interval_over_users(tmp_path, monkeypatch):
+    import torch
+
+    from tutorial_lib.data import make_synthetic
+    from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
+
+    script = load_script("compare_trained")
+    base, other = torch.tensor([0, 3, 20, 9, 50]), torch.tensor([0, 1, 20, 9, 2])
+    c = script.user_level_change(other, base, "hr@10")
+    assert c["base"] == 0.6 and c["value"] == 0.8 and c["users_differ"] == 0.2       # user 5 enters the top 10
+    assert abs(c["change"] - 100 * (0.8 - 0.6) / 0.6) < 1e-9 and c["low"] < c["change"] < c["high"]
+    nd = script.user_level_change(other, base, "ndcg@10")
+    expected = sum(1 / math.log2(r + 2) for r in (0, 1, 9, 2)) / 5
+    assert abs(nd["value"] - expected) < 1e-12 and nd["users_differ"] == 0.4        # users 2 and 5 move
+    same = script.user_level_change(base, base, "ndcg@10")
+    assert same["change"] == 0 and same["users_differ"] == 0
+    with pytest.raises(ValueError, match="different users"):
+        script.user_level_change(base[:3], base, "hr@10")
+
+    data = make_synthetic(n_users=60, n_items=40, min_len=5, max_len=12, seed=0)
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", lambda seed=0: data)
+    paths = [run_experiment(ExperimentSpec(model=m, epochs=1, max_len=10, progress=False,
+                                           model_options={"d_model": 8})).save_model(tmp_path / "models")
+             for m in ("sasrec", "fparec")]
+    out = tmp_path / "compare.md"
+    assert script.main(["--trained", str(paths[0]), "--trained", str(paths[1]), "--out", str(out)]) == 0
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| fparec")]
+    assert len(rows) == 8                                   # 2 protocols x 2 stages x 2 metrics
+    assert {row.split(" | ")[1] for row in rows} == {"full", "full-nohist"} and "commit:" in out.read_text()
+    assert all(row.split(" | ")[2] in ("valid (60)", "test (60)") for row in rows)
+    with pytest.raises(SystemExit):
+        script.main(["--trained", str(paths[0])])           # nothing to compare with
