@@ -363,12 +363,19 @@ def test_equal_budget_table_compares_every_method_with_the_baseline_and_the_pape
     rows = {line.split(" | ")[1]: line for line in table.splitlines()[2:]}
     assert list(rows) == ["sasrec", "fparec", "pattern-exponential"]
     sasrec, fparec, pattern = rows["sasrec"], rows["fparec"], rows["pattern-exponential"]
-    assert "| seed 43, 60 epochs at batch 32 | 0.1100 | 0.2000 / 0.1000 | — | 0.2500 / 0.1500 | 0.8000 / 0.7000 |" in sasrec
+    assert "| seed 43: 60 epochs at batch 32 | 0.1100 | 0.2000 / 0.1000 | — | 0.2500 / 0.1500 | 0.8000 / 0.7000 |" in sasrec
     assert "| 0.2346 / 0.1186 | — |" in sasrec                                  # the FPARec paper's SASRec
     assert "| 0.2100 / 0.0900 | +5.0% / -10.0% |" in fparec
     assert "| 0.2419 / 0.1232 | +3.1% / +3.9% |" in fparec                       # Table 3 over its SASRec
     assert "| 0.2386 / 0.1283 | +1.7% / +8.2% |" in pattern                      # Table 4
     assert report.equal_budget_table([]) == "_No equal-budget runs recorded yet._"
+    # a second seed of the baseline: each method is still compared with the baseline's runs of its own seeds
+    append_run({**ROW, "seed": 44, "hr@10": 0.30, "ndcg@10": 0.20, "valid_ndcg@10": 0.12, "training": training,
+                "run_id": "sasrec44"}, path)
+    rows = {line.split(" | ")[1]: line for line in
+            report.equal_budget_table(report.latest_runs(report.read_runs(path))).splitlines()[2:]}
+    assert "| sasrec [2] | seeds 43, 44: 60 epochs at batch 32 | 0.1150 | 0.2500 / 0.1500 |" in rows["sasrec [2]"]
+    assert "| 0.2100 / 0.0900 | +5.0% / -10.0% |" in rows["fparec"]                # against seed 43 alone
 
 
 def test_a_published_cell_run_only_at_the_equal_budget_says_where(tmp_path):

@@ -735,14 +735,10 @@ def runs_table(rows: list[dict[str, str]]) -> str:
 EQUAL_BUDGET = Path("results") / "ablations" / "equal_budget.csv"
 
 
-def _budget_of(run: dict) -> str:
-    """``"seed 43, 60 epochs at batch 32"`` from a row's seed and ``training`` settings."""
-    return f"seed {run.get('seed', '?')}, {training_budget(run)}"
-
-
 def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
     """Every configuration of an equal-budget results file on one line per dataset: best validation NDCG@10,
-    test HR@10 / NDCG@10 under full ranking with the change over ``baseline`` trained the same way, the same
+    test HR@10 / NDCG@10 under full ranking with the change over ``baseline`` trained the same way (its runs
+    with the same seeds: a method run with seed 43 only is compared with the baseline's seed-43 run), the same
     with the history removed and under ``sampled100``, seconds per epoch, and the FPARec paper's number for the
     model where its Table 3 or 4 has one (with that paper's change over its own SASRec)."""
     cells: dict[tuple[str, str], dict[str, list[dict]]] = {}
@@ -767,10 +763,12 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
         base = full.get((baseline, dataset))
         for label in _method_order({m for m, d in full if d == dataset}):
             rows = full[(label, dataset)]
-            budgets = sorted({_budget_of(r) for r in rows})
-            seeds = f" [{len(rows)}]" if len(rows) > 1 else ""
-            change = "—" if base is None or label == baseline else " / ".join(
-                _relative(mean(rows, m), mean(base, m)) for m in ("hr@10", "ndcg@10"))
+            seeds = sorted({str(r.get("seed", "?")) for r in rows})
+            budget = (f"seed{'s' if len(seeds) > 1 else ''} {', '.join(seeds)}: "
+                      + "; ".join(sorted({training_budget(r) for r in rows})))
+            same_seeds = [r for r in base or [] if str(r.get("seed", "?")) in seeds]   # paired: the same seeds
+            change = "—" if not same_seeds or label == baseline else " / ".join(
+                _relative(mean(rows, m), mean(same_seeds, m)) for m in ("hr@10", "ndcg@10"))
             model = rows[0]["model"]
             theirs = [paper.get((model, dataset, m)) for m in ("hr@10", "ndcg@10")]
             base_theirs = [paper.get((baseline, dataset, m)) for m in ("hr@10", "ndcg@10")]
@@ -778,7 +776,7 @@ def equal_budget_table(runs: list[dict], baseline: str = "sasrec") -> str:
             paper_change = "—" if published == "—" or None in base_theirs or model == baseline else " / ".join(
                 _relative(v, b) for v, b in zip(theirs, base_theirs))
             other = cells[(label, dataset)]
-            lines.append(f"| {dataset} | {label}{seeds} | {'; '.join(budgets)} | "
+            lines.append(f"| {dataset} | {label}{f' [{len(rows)}]' if len(rows) > 1 else ''} | {budget} | "
                          f"{mean(rows, 'valid_ndcg@10'):.4f} | {pair(rows)} | {change} | "
                          f"{pair(other.get('full-nohist'))} | {pair(other.get('sampled100'))} | "
                          f"{mean(rows, 'seconds_per_epoch'):.1f} | {published} | {paper_change} |")
