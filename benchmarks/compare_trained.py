@@ -23,12 +23,10 @@ import sys
 import numpy as np
 import torch
 
-from tutorial_lib.data import leave_one_out
 from tutorial_lib.evaluation import EvalProtocol, Evaluator
 from tutorial_lib.evaluation.metrics import ndcg_at_k
-from tutorial_lib.experiments.artifacts import load_trained
 from tutorial_lib.experiments.results import git_commit, publish_table
-from tutorial_lib.experiments.run import ExperimentSpec, load_data
+from tutorial_lib.experiments.run import load_kept_models, options_text
 from tutorial_lib.experiments.stats import paired_ci
 
 METRICS = ("hr@10", "ndcg@10")
@@ -68,18 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.trained) < 2:
         parser.error("give at least two --trained models: the baseline first, then each one to compare with it")
     commit = git_commit()
-    loaded = [load_trained(path) for path in args.trained]
-    datasets = {meta["dataset"] for _, meta in loaded}
-    if len(datasets) != 1:
-        parser.error(f"--trained models must come from runs on one dataset, got {sorted(datasets)}")
-    data = load_data(ExperimentSpec(dataset=datasets.pop()))
-    split = leave_one_out(data)
-    for model, _ in loaded:
-        if hasattr(model, "prepare"):
-            model.prepare(split)  # RKSA's co-occurrence counts
+    loaded, data, split = load_kept_models(args.trained)
 
     def label(meta: dict) -> str:
-        options = " ".join(f"{k}={v}" for k, v in sorted(meta["options"].items()))
+        options = options_text(meta["options"])
         return f"{meta['model']} ({options}; run {meta['run_id']})" if options else f"{meta['model']} (run {meta['run_id']})"
 
     base_model, base_meta = loaded[0]

@@ -24,9 +24,8 @@ import torch
 from tutorial_lib.data import leave_one_out, load_or_synthetic
 from tutorial_lib.evaluation import EvalProtocol, Evaluator
 from tutorial_lib.evaluation.metrics import metrics_from_ranks
-from tutorial_lib.experiments.artifacts import load_trained
 from tutorial_lib.experiments.results import git_commit, publish_table
-from tutorial_lib.experiments.run import EVAL_SEED, ExperimentSpec, load_data
+from tutorial_lib.experiments.run import EVAL_SEED, load_kept_models, options_text
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
 from tutorial_lib.utils import seed_everything
@@ -104,17 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()
     rows: list[tuple[str, str, dict[str, float]]] = []
     if args.trained:
-        loaded = [load_trained(path) for path in args.trained]
-        datasets = {meta["dataset"] for _, meta in loaded}
-        if len(datasets) != 1:
-            raise SystemExit(f"--trained models must come from one dataset, got {sorted(datasets)}")
-        data = load_data(ExperimentSpec(dataset=datasets.pop()))
-        split = leave_one_out(data)
+        loaded, data, split = load_kept_models(args.trained)
         for model, meta in loaded:
-            if hasattr(model, "prepare"):
-                model.prepare(split)  # RKSA's co-occurrence counts
-            options = " ".join(f"{k}={v}" for k, v in sorted(meta["options"].items()))
-            rows.append((f"{meta['model']} | {options}", meta["run_id"],
+            rows.append((f"{meta['model']} | {options_text(meta['options'])}", meta["run_id"],
                          compare_rules(model, split, meta["max_len"], args.draws)))
             print(rows[-1], flush=True)
         title = f"Sampled negatives on {data.name}: models kept by finished runs (weights selected on validation)."

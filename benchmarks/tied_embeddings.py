@@ -31,8 +31,7 @@ from tutorial_lib.data import leave_one_out, load_or_synthetic
 from tutorial_lib.data.batching import TrainingWindows
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.evaluation.diagnostics import input_item_diagnosis, last_item_diagnosis
-from tutorial_lib.experiments.artifacts import load_trained
-from tutorial_lib.experiments.run import ExperimentSpec, load_data
+from tutorial_lib.experiments.run import load_kept_models, options_text
 from tutorial_lib.experiments.results import git_commit, publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
@@ -100,23 +99,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def diagnose_trained(paths: list[str], out: str | None, commit: str) -> int:
     """The same table for models that finished runs kept (their own dataset, max_len and options)."""
-    loaded = [load_trained(path) for path in paths]
-    datasets = {meta["dataset"] for _, meta in loaded}
-    if len(datasets) != 1:
-        raise SystemExit(f"--trained models must come from one dataset, got {sorted(datasets)}")
-    data = load_data(ExperimentSpec(dataset=datasets.pop()))
-    split = leave_one_out(data)
+    loaded, data, split = load_kept_models(paths)
     lines = [f"Repeat diagnosis on {data.name}, test users, full ranking with the history kept; models kept by "
              "finished runs (the weights each run selected on validation).", "",
              "| model | options | run | median rank of the last input item | last input item in top 10 | "
              f"target = last input item | test NDCG@10 | NDCG@10 without the last input item | {TRAINING_HEADER} |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model, meta in loaded:
-        if hasattr(model, "prepare"):
-            model.prepare(split)  # RKSA's co-occurrence counts
         d = last_item_diagnosis(Evaluator(split, meta["max_len"]), model, "test")
-        options = " ".join(f"{k}={v}" for k, v in sorted(meta["options"].items()))
-        lines.append(f"| {meta['model']} | {options} | {meta['run_id']} | {d['last_item_median_rank']:.0f} | "
+        lines.append(f"| {meta['model']} | {options_text(meta['options'])} | {meta['run_id']} | {d['last_item_median_rank']:.0f} | "
                      f"{d['last_item_in_top10']:.1%} | {d['target_is_last_item']:.1%} | {d['ndcg@10']:.4f} | "
                      f"{d['ndcg@10_without_last']:.4f} | {training_cells(model, split, meta['max_len'])} |")
         print(lines[-1], flush=True)

@@ -61,3 +61,21 @@ def test_saved_weights_are_on_the_cpu_and_the_file_is_plain(tmp_path, data):
     loaded, _ = load_trained(path)
     for (k, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+def test_kept_models_come_back_with_their_data_prepared_and_from_one_dataset(tmp_path, data):
+    from tutorial_lib.experiments.run import load_kept_models, options_text
+
+    paths = [run_experiment(ExperimentSpec(model=m, epochs=1, max_len=8, eval_users=30, progress=False,
+                                           model_options={"d_model": 8, "n_layers": 1})).save_model(tmp_path)
+             for m in ("sasrec", "rksa")]
+    loaded, got, split = load_kept_models(paths)
+    assert [meta["model"] for _, meta in loaded] == ["sasrec", "rksa"] and got.n_items == data.n_items
+    assert split.n_users == data.n_users
+    rksa = loaded[1][0]
+    rksa.score_next(torch.tensor([[0, 0, 1, 2, 3, 4, 5, 6]]), users=torch.tensor([1]))  # prepared: no ConfigError
+    assert options_text({"n_heads": 1, "d_model": 50}) == "d_model=50 n_heads=1" and options_text({}) == ""
+    other = save_trained(tmp_path / "other.pt", loaded[0][0], model_name="sasrec", options={"d_model": 8, "n_layers": 1},
+                         n_items=data.n_items, n_users=None, max_len=8, dataset="ml-1m", run_id="x")
+    with pytest.raises(ConfigError, match="one dataset"):
+        load_kept_models([paths[0], other])

@@ -10,15 +10,15 @@ from pathlib import Path
 import torch
 
 from ..data.dataset import SequenceDataset
-from ..data.split import leave_one_out
+from ..data.split import LeaveOneOutSplit, leave_one_out
 from ..data.synthetic import make_synthetic
-from ..errors import UnknownNameError
+from ..errors import ConfigError, UnknownNameError
 from ..evaluation import EvalProtocol, Evaluator
 from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
 from ..utils.seeding import seed_everything
 from ..models.registry import get_model_entry
-from .artifacts import save_trained, trained_model_path
+from .artifacts import load_trained, save_trained, trained_model_path
 from .presets import dataset_defaults, method_preset
 from .results import hardware_description, now_iso, process_commit
 
@@ -114,6 +114,29 @@ def load_data(spec: ExperimentSpec) -> SequenceDataset:
     return load_dataset(spec.dataset, root=spec.data_dir, download=spec.download)
 
 
+def load_kept_models(paths: list[str | Path]
+                     ) -> tuple[list[tuple[torch.nn.Module, dict]], SequenceDataset, LeaveOneOutSplit]:
+    """Models kept by finished runs (``runs/models/*.pt``, :func:`~tutorial_lib.experiments.artifacts.load_trained`:
+    ``(model, meta)`` pairs in eval mode), the dataset they were trained on and its leave-one-out split; a model
+    that needs statistics of the training split (RKSA's co-occurrence counts) is prepared on it. The models must
+    come from runs on one dataset."""
+    loaded = [load_trained(path) for path in paths]
+    datasets = sorted({meta["dataset"] for _, meta in loaded})
+    if len(datasets) != 1:
+        raise ConfigError(f"the kept models must come from runs on one dataset, got {datasets or 'no model'}")
+    data = load_data(ExperimentSpec(dataset=datasets[0]))
+    split = leave_one_out(data)
+    for model, _ in loaded:
+        if hasattr(model, "prepare"):
+            model.prepare(split)
+    return loaded, data, split
+
+
+def options_text(options: dict) -> str:
+    """``{"n_heads": 1, "d_model": 50}`` -> ``"d_model=50 n_heads=1"`` (a kept model's options, as tables print them)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(options.items()))
+
+
 @dataclass
 class ExperimentResult:
     spec: ExperimentSpec
@@ -196,4 +219,5 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
                             n_items=data.n_items, n_users=data.n_users)
 
 
-__all__ = ["ExperimentSpec", "ExperimentResult", "run_experiment", "load_data", "SYNTHETIC"]
+__all__ = ["ExperimentSpec", "ExperimentResult", "run_experiment", "load_data", "load_kept_models", "options_text",
+           "SYNTHETIC"]
