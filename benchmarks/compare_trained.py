@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     loaded, data, split = load_kept_models(args.trained)
 
     def label(meta: dict) -> str:
-        options = options_text(meta["options"])
-        return f"{meta['model']} ({options}; run {meta['run_id']})" if options else f"{meta['model']} (run {meta['run_id']})"
+        details = [options_text(meta["options"]), f"run {meta['run_id']}"]
+        return f"{meta['model']} ({'; '.join(d for d in details if d)})"
 
     base_model, base_meta = loaded[0]
     lines = [f"Paired comparison over users on {data.name}: each model against {label(base_meta)}, ranked on "

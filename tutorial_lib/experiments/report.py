@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..models.registry import get_model_entry
 from .published import PUBLISHED, Published, published
-from .run import ExperimentSpec
+from .run import ExperimentSpec, options_text
 from .results import default_results_path, project_root, read_runs
 from .stats import mean_std, paired_ci
 
@@ -274,15 +274,17 @@ def mixed_budgets(groups: dict[tuple[str, str], list[dict]]) -> dict[str, dict[s
     methods trained with it, in the table's order (datasets sorted, budgets by epochs, then batch size)."""
     order = {label: i for i, label in enumerate(_method_order({m for m, _ in groups}))}
     by_dataset: dict[str, dict[str, list[str]]] = {}
+    sort_key: dict[str, tuple[float, ...]] = {}   # budget -> (epochs, batch size); unknown values last
     for (label, dataset), rs in sorted(groups.items(), key=lambda item: order[item[0][0]]):
-        for budget in {training_budget(r) for r in rs}:
-            by_dataset.setdefault(dataset, {}).setdefault(budget, []).append(label)
-
-    def numeric(budget: str) -> tuple[float, ...]:  # "50 epochs at batch 128" -> (50, 128); unknown last
-        return tuple(int(w) if w.isdigit() else math.inf for w in budget.split() if w.isdigit() or w == "?") \
-            or (math.inf,)
-
-    return {d: dict(sorted(b.items(), key=lambda item: numeric(item[0])))
+        for r in rs:
+            budget = training_budget(r)
+            settings = key_values(r.get("training"))
+            sort_key[budget] = tuple(float(settings[k]) if settings.get(k, "").isdigit() else math.inf
+                                     for k in ("epochs", "batch_size"))
+            methods = by_dataset.setdefault(dataset, {}).setdefault(budget, [])
+            if label not in methods:
+                methods.append(label)
+    return {d: dict(sorted(b.items(), key=lambda item: sort_key[item[0]]))
             for d, b in sorted(by_dataset.items()) if len(b) > 1}
 
 
@@ -378,7 +380,7 @@ def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], 
     except (KeyError, ValueError):
         return method_label(rec.model, loss)
     return run_label({"model": rec.model, "dataset": rec.dataset, "loss": loss, "max_len": rec.max_len or "",
-                      "options": " ".join(f"{k}={v}" for k, v in sorted(options.items())),
+                      "options": options_text(options),
                       "training": " ".join(f"{k}={v}" for k, v in training)})
 
 

@@ -133,7 +133,8 @@ def load_kept_models(paths: list[str | Path]
 
 
 def options_text(options: dict) -> str:
-    """``{"n_heads": 1, "d_model": 50}`` -> ``"d_model=50 n_heads=1"`` (a kept model's options, as tables print them)."""
+    """``{"n_heads": 1, "d_model": 50}`` -> ``"d_model=50 n_heads=1"``: model options as a results row's ``options``
+    column and the tables write them."""
     return " ".join(f"{k}={v}" for k, v in sorted(options.items()))
 
 
@@ -179,7 +180,7 @@ class ExperimentResult:
             "device": self.device.type, "torch": torch.__version__, "commit": self.commit or process_commit(), "command": command,
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
             "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
-            "options": " ".join(f"{k}={v}" for k, v in sorted(s.resolved_model_options().items())),
+            "options": options_text(s.resolved_model_options()),
             "training": training, "stopped": self.train.stop_reason, "run_id": s.run_id(),
         }
 
