@@ -16,9 +16,28 @@ MAX_LABELLED = 30
 
 
 def _as_numpy(x: Any) -> np.ndarray:
+    """A tensor or array-like as a float64 NumPy array (detached, on the CPU)."""
     if hasattr(x, "detach"):
         x = x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=float)
+
+
+def _square(x: Any, what: str, hint: str = "") -> np.ndarray:
+    """``x`` as an ``(n, n)`` float array; a ValueError naming ``what`` (plus ``hint``) otherwise."""
+    m = _as_numpy(x)
+    if m.ndim != 2 or m.shape[0] != m.shape[1]:
+        raise ValueError(f"{what} must be a square (n, n) matrix, got shape {m.shape}{hint}")
+    return m
+
+
+def _finish_heatmap(ax, image, title: str | None, colorbar: bool, label: str | None = None):
+    """Common end of the one-panel heatmaps: no grid, the title, an optional colour bar; returns ``ax``."""
+    ax.grid(False)
+    if title:
+        ax.set_title(title)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label=label)
+    return ax
 
 
 _YEAR = re.compile(r"^(.*\S)\s*(\(\d{4}\))$")
@@ -59,9 +78,7 @@ def plot_attention_map(weights: Any, labels: Sequence[str] | None = None, ax=Non
     """
     import matplotlib.pyplot as plt
 
-    w = _as_numpy(weights)
-    if w.ndim != 2 or w.shape[0] != w.shape[1]:
-        raise ValueError(f"weights must be a square (L, L) matrix, got shape {w.shape}")
+    w = _square(weights, "weights")
     L = w.shape[0]
     if labels is not None and len(labels) != L:
         raise ValueError(f"got {len(labels)} labels for a {L} x {L} attention map")
@@ -83,12 +100,7 @@ def plot_attention_map(weights: Any, labels: Sequence[str] | None = None, ax=Non
         ax.set_yticks(ticks)
         ax.set_xlabel("key position (attended to)")
         ax.set_ylabel("query position")
-    ax.grid(False)
-    if title:
-        ax.set_title(title)
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    return ax
+    return _finish_heatmap(ax, image, title, colorbar)
 
 
 def plot_attention_grid(weights: Sequence[Any], labels: Sequence[str] | None = None, batch_index: int = 0,

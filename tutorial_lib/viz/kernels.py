@@ -23,13 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .attention import shorten
-
-
-def _as_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=float)
+from .attention import _as_numpy, _finish_heatmap, _square, shorten
 
 
 # ----------------------------------------------------------------------------- the skew-normal
@@ -87,9 +81,7 @@ def plot_matrix(matrix: Any, labels: Sequence[str] | None = None, ax=None, title
     """
     import matplotlib.pyplot as plt
 
-    m = _as_numpy(matrix)
-    if m.ndim != 2 or m.shape[0] != m.shape[1]:
-        raise ValueError(f"matrix must be square (n, n), got shape {m.shape}")
+    m = _square(matrix, "matrix")
     n = m.shape[0]
     if labels is not None and len(labels) != n:
         raise ValueError(f"got {len(labels)} labels for a {n} x {n} matrix")
@@ -109,12 +101,7 @@ def plot_matrix(matrix: Any, labels: Sequence[str] | None = None, ax=None, title
             for j in range(n):
                 ax.text(j, i, annotate.format(m[i, j]), ha="center", va="center", fontsize="x-small",
                         color="black" if m[i, j] > mid else "white")
-    ax.grid(False)
-    if title:
-        ax.set_title(title)
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-    return ax
+    return _finish_heatmap(ax, image, title, colorbar)
 
 
 # ----------------------------------------------------------------------------- attention of the last position

@@ -41,17 +41,12 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
+from .attention import _as_numpy, _finish_heatmap, _square
 
 HEADS = ("mean", "each")
 
 
 # ----------------------------------------------------------------------------- helpers
-def _as_numpy(x: Any) -> np.ndarray:
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
-    return np.asarray(x, dtype=float)
-
-
 def causal_row_normalise(logits: torch.Tensor) -> torch.Tensor:
     """``exp(logits)`` with the future (``j > i``) set to 0 and every row divided by its maximum.
 
@@ -180,10 +175,7 @@ def plot_positional_correlation(correlation: Any, ax=None, title: str | None = N
     """
     import matplotlib.pyplot as plt
 
-    c = _as_numpy(correlation)
-    if c.ndim != 2 or c.shape[0] != c.shape[1]:
-        raise ValueError(f"correlation must be a square (n, n) matrix, got shape {c.shape}; pick one head "
-                         "of a heads='each' result")
+    c = _square(correlation, "correlation", hint="; pick one head of a heads='each' result")
     n = c.shape[0]
     if ax is None:
         _, ax = plt.subplots(figsize=(5.2, 4.4))
@@ -197,12 +189,7 @@ def plot_positional_correlation(correlation: Any, ax=None, title: str | None = N
     ax.set_yticks(ticks)
     ax.set_xlabel(f"key position j ({n - 1} = most recent)")
     ax.set_ylabel("query position i")
-    ax.grid(False)
-    if title:
-        ax.set_title(title)
-    if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="correlation / row maximum")
-    return ax
+    return _finish_heatmap(ax, image, title, colorbar, label="correlation / row maximum")
 
 
 def plot_by_distance(profiles: Mapping[str, Any], ax=None, max_distance: int | None = None,
