@@ -156,3 +156,18 @@ def test_compare_trained_gives_a_paired_interval_over_users(tmp_path, monkeypatc
     assert all(row.split(" | ")[2] in ("valid (60)", "test (60)") for row in rows)
     with pytest.raises(SystemExit):
         script.main(["--trained", str(paths[0])])           # nothing to compare with
+
+
+def test_train_speed_reports_the_first_epoch_apart_and_the_speed_up(tmp_path):
+    out = tmp_path / "speed.md"
+    variants = ["reference: plain loop", "ours (default)"]
+    script = load_script("train_speed")
+    assert script.main(["--dataset", "synthetic", "--epochs", "2", "--max-len", "20", "--d-model", "16",
+                        "--variants", *variants, "--out", str(out)]) == 0
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")[1:]]
+            for line in out.read_text().splitlines() if line.startswith("| ") and not line.startswith("| variant")}
+    assert list(rows) == variants
+    assert rows["reference: plain loop"][2] == "1.00x"
+    for first, per_epoch, _, hr, ndcg in rows.values():
+        assert float(first) > 0 and float(per_epoch) > 0 and 0 <= float(ndcg) <= float(hr) <= 1
+    assert set(script.VARIANTS) >= {"reference + torch.compile", "ours + torch.compile"}
