@@ -35,9 +35,11 @@ def test_a_float32_or_numpy_solution_passes(capsys):
 
 
 @pytest.mark.parametrize("check", [ch01.check_ndcg_at_k, ch01.check_rank_of_target])
-def test_stub_is_not_done(check):
+def test_stub_is_reported_without_raising(check, capsys):
+    check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
+    assert "library's version" in capsys.readouterr().out
     with pytest.raises(ExerciseNotDone, match="library's version"):
-        check(stub)
+        check.__wrapped__(stub)
 
 
 @pytest.mark.parametrize("mistake, hint", [

@@ -39,9 +39,16 @@ def test_references_pass(capsys):
 
 @pytest.mark.parametrize("check", [ch02.check_attention, ch02.check_causal_mask, ch02.check_allowed_mask,
                                    ch02.check_attention_in_heads])
-def test_stub_is_not_done(check):
+def test_stub_is_reported_without_raising(check, capsys):
+    check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
+    assert "library's version" in capsys.readouterr().out
     with pytest.raises(ExerciseNotDone, match="library's version"):
-        check(stub)
+        check.__wrapped__(stub)
+
+
+def test_attention_without_its_weights_is_told_to_return_them():
+    with pytest.raises(CheckFailed, match="`weights` is None: return it too"):
+        ch02.check_attention(lambda q, k, v, allowed: (attention(q, k, v, allowed)[0], None))
 
 
 def test_attention_without_scaling_gets_the_hint():
@@ -97,3 +104,14 @@ def test_allowed_mask_mistakes():
         ch02.check_allowed_mask(rows)
     with pytest.raises(CheckFailed, match="head dimension"):
         ch02.check_allowed_mask(lambda ids: allowed_mask(ids)[:, 0])
+    for causal_only in (lambda ids: causal_mask(ids.shape[1]),
+                        lambda ids: causal_mask(ids.shape[1]).expand(ids.shape[0], 1, -1, -1)):
+        with pytest.raises(CheckFailed, match="padding is not hidden"):
+            ch02.check_allowed_mask(causal_only)
+
+    def one_step_ahead(ids):
+        L = ids.shape[1]
+        return (ids.ne(0)[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril(1)) | torch.eye(L, dtype=torch.bool)
+
+    with pytest.raises(CheckFailed, match="attend to the later position 1, its future"):
+        ch02.check_allowed_mask(one_step_ahead)

@@ -83,9 +83,11 @@ def test_nan_free_position_attention_without_the_diagonal_passes():
 
 @pytest.mark.parametrize("check", [ch03.check_causal_interest_aggregation, ch03.check_aggregation_in_layer,
                                    ch03.check_position_attention, ch03.check_position_attention_in_layer])
-def test_stub_is_not_done(check):
+def test_stub_is_reported_without_raising(check, capsys):
+    check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
+    assert "library's version" in capsys.readouterr().out
     with pytest.raises(ExerciseNotDone, match="library's version"):
-        check(stub)
+        check.__wrapped__(stub)
 
 
 def test_the_papers_aggregation_is_explained():

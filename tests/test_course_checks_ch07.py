@@ -46,9 +46,11 @@ def test_numpy_and_torch_scalars_and_a_float_n_are_accepted(capsys):
 
 
 @pytest.mark.parametrize("check", [ch07.check_mean_std, ch07.check_paired_t])
-def test_stub_is_not_done(check):
+def test_stub_is_reported_without_raising(check, capsys):
+    check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
+    assert "library's version" in capsys.readouterr().out
     with pytest.raises(ExerciseNotDone, match="library's version"):
-        check(stub)
+        check.__wrapped__(stub)
 
 
 def test_population_std_gets_the_ddof_hint():

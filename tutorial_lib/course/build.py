@@ -11,9 +11,9 @@
 
   Regions must be indented (inside a function body): the exercise cell then still runs in the student
   version, and the *check* cell that follows it is the one that reports the missing code.
-* Every cell tagged ``check`` gets the extra tag ``raises-exception`` (so nbval accepts the
-  ``NotImplementedError`` a check raises while the exercise is not done). No other cell may carry
-  that tag, and the solutions never do.
+* No cell carries nbval's ``raises-exception`` tag: a check prints its "not done yet" message instead of
+  raising (:func:`~tutorial_lib.course.checks.base.exercise_check`), so the untouched student notebook runs
+  from top to bottom, in Jupyter's "Run All" as in nbval, and nbval fails on any cell that raises.
 * Outputs and execution counts are stripped from every cell, and the ``# NBVAL_CHECK_OUTPUT`` comment
   lines are removed: the student version carries no outputs, and the solutions (which keep the
   reference outputs of those cells) are where nbval compares them.
@@ -213,8 +213,8 @@ def validate_solution(nb, name: str = "<notebook>") -> None:
         tags = _tags(cell)
         if RAISES_TAG in tags:
             raise NotebookBuildError(
-                f"{where}: solutions must not carry the {RAISES_TAG!r} tag; the generator adds it to the student "
-                f"version of cells tagged {CHECK_TAG!r}, and nothing else may raise")
+                f"{where}: solutions must not carry the {RAISES_TAG!r} tag: every cell must run without an exception "
+                f"(a check reports an exercise not done yet by printing, not raising)")
         if cell.cell_type != "code":
             if has_markers(cell.source):
                 raise NotebookBuildError(f"{where}: solution markers are only allowed in code cells tagged "
@@ -262,8 +262,6 @@ def student_notebook(nb, name: str = "<notebook>") -> nbformat.NotebookNode:
             cell.source = _without_check_output_marker(cell.source)
         if cell.cell_type == "code" and EXERCISE_TAG in tags:
             cell.source, _ = strip_solutions(cell.source, _where(name, index))
-        if CHECK_TAG in tags:
-            cell.metadata["tags"] = tags + [RAISES_TAG]
     return out
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Case, check_function
+from .base import Case, check_function, exercise_check
 
 LIBRARY = "tutorial_lib.data.TrainingWindows + iterate_batches"
 
@@ -70,6 +70,7 @@ def _diagnose(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_make_window(make_window) -> None:
     """Check ``make_window(history, max_len) -> (inputs, targets)`` against the library's batching."""
     check_function(make_window, library_window, window_cases(), library=LIBRARY,

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import torch
 
-from .base import Case, check_function, to_numpy
+from .base import Case, check_function, exercise_check, to_numpy
 
 NDCG_LIBRARY = "tutorial_lib.evaluation.ndcg_at_k"
 RANK_LIBRARY = "tutorial_lib.evaluation.rank_of_target"
@@ -93,6 +93,7 @@ def _diagnose_ndcg(case: Case, yours, expected, learner=None) -> str | None:
     return NDCG_HINTS[matches[0]] if matches else None
 
 
+@exercise_check
 def check_ndcg_at_k(ndcg_at_k) -> None:
     """Check ``ndcg_at_k(ranks, k) -> (N,)`` against :func:`tutorial_lib.evaluation.ndcg_at_k`."""
     from ...evaluation import ndcg_at_k as reference
@@ -161,6 +162,7 @@ def _diagnose_rank(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_rank_of_target(rank_of_target) -> None:
     """Check ``rank_of_target(scores, target_index) -> (B,)`` against
     :func:`tutorial_lib.evaluation.rank_of_target` (without the ``excluded`` argument)."""

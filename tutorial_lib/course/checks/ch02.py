@@ -11,7 +11,7 @@ import math
 import numpy as np
 import torch
 
-from .base import Case, call_learner, check_function, expect, fail, passed, to_numpy
+from .base import Case, call_learner, check_function, exercise_check, expect, fail, passed, to_numpy
 
 ATTENTION_LIBRARY = "tutorial_lib.attention.naive_attention"
 MASK_LIBRARY = "tutorial_lib.attention.SequenceContext.allowed"
@@ -139,6 +139,7 @@ def _diagnose_attention(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_attention(attention) -> None:
     """Check ``attention(q, k, v, allowed) -> (output, weights)`` against the library's ``naive_attention``."""
     check_function(attention, reference_attention, attention_cases(), library=ATTENTION_LIBRARY,
@@ -190,6 +191,7 @@ def prove_no_leakage(mask: torch.Tensor, n_sequences: int = 3, d: int = 8, seed:
     return None
 
 
+@exercise_check
 def check_causal_mask(causal_mask) -> None:
     """Prove that the learner's ``causal_mask(L)`` lets nothing leak from the future, then compare it with the
     library's mask (which also catches masks that hide too much)."""
@@ -265,26 +267,37 @@ def _diagnose_allowed(case: Case, yours, expected) -> str | None:
     B, L = ids.shape
     if m.dim() == 3 and tuple(m.shape) == (B, L, L):
         return "add the head dimension: the mask has shape (B, 1, L, L), e.g. mask[:, None]"
-    if m.shape != expected.shape or m.dtype != torch.bool:
+    if m.dtype != torch.bool:
         return None
     eye = torch.eye(L, dtype=torch.bool)
     valid = ids.ne(0)
     causal = torch.ones(L, L, dtype=torch.bool).tril()
+    padding_hint = "the padding is not hidden: keys whose item id is 0 must be False in every row"
+    if m.shape != expected.shape:  # the causal mask alone, (L, L) or broadcast, is the likely case
+        try:
+            return padding_hint if torch.equal(m.broadcast_to(expected.shape), causal.expand_as(expected)) else None
+        except RuntimeError:       # not broadcastable: the shape message says enough
+            return None
     if torch.equal(m, expected & ~eye | (expected & eye & valid[:, None, :, None])) or torch.equal(
             m, (valid[:, None, None, :] & causal)):
         return ("padding positions see no key at all, so their softmax is over a row of -inf and gives NaN. Let "
                 "every position always see itself: `| torch.eye(L, dtype=torch.bool)`. (Their outputs are never "
                 "used, but NaNs would spread through the next layers.)")
-    if torch.equal(m, causal | eye):
-        return "the padding is not hidden: keys whose item id is 0 must be False in every row"
+    if torch.equal(m, causal.expand_as(m)):
+        return padding_hint
     if torch.equal(m, (valid[:, None, None, :] | eye).expand_as(m)):
         return "the causal part is missing: combine the padding mask with causal_mask(L) using &"
     if torch.equal(m, (valid[:, None, :, None] & causal) | eye):
         return ("you hid padding QUERIES (rows) instead of padding KEYS (columns): the padding mask of the keys "
                 "is valid[:, None, None, :]")
+    if (m & ~causal).any():
+        t, j = (int(i) for i in (m & ~causal).nonzero()[0, 2:])
+        return (f"position {t} may attend to the later position {j}, its future: every key j > t must be False "
+                f"(the causal part is causal_mask(L), i.e. .tril() with diagonal=0)")
     return None
 
 
+@exercise_check
 def check_allowed_mask(allowed_mask) -> None:
     """Check ``allowed_mask(item_ids) -> (B, 1, L, L)`` against ``SequenceContext.allowed()``."""
     check_function(allowed_mask, reference_allowed_mask, allowed_cases(), library=MASK_LIBRARY,
@@ -324,6 +337,7 @@ def compare_in_heads(attention, d_model: int = 16, n_heads: int = 4, seed: int =
     }
 
 
+@exercise_check
 def check_attention_in_heads(attention, tol: float = 1e-5) -> None:
     """Use the learner's ``attention`` inside a 4-head :class:`DotProductAttention` and print the differences."""
     name = getattr(attention, "__name__", "attention")
@@ -338,7 +352,8 @@ def check_attention_in_heads(attention, tol: float = 1e-5) -> None:
     for key, value in diffs.items():
         print(f"  max |difference| {key:34s} {value:.2e}")
     bad = {k: v for k, v in diffs.items() if not v <= tol}
-    expect(not bad, f"your `{name}` inside the heads differs from the library by more than {tol:g}: {bad}. "
+    worst = ", ".join(f"{k} {v:.2e}" for k, v in bad.items())
+    expect(not bad, f"your `{name}` inside the heads differs from the library by more than {tol:g}: {worst}. "
                     "Run check_attention first: it explains the first difference")
     passed(f"your `{name}`, run inside 4 heads of DotProductAttention, gives the library's outputs and weights "
            f"(within {tol:g}, real positions).")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Case, call_learner, check_function, expect, explain_difference, fail, passed, to_numpy
+from .base import Case, call_learner, check_function, exercise_check, expect, explain_difference, fail, passed, to_numpy
 
 AGGREGATION_LIBRARY = "tutorial_lib.attention.low_rank.causal_interest_aggregation"
 POSITION_LIBRARY = "tutorial_lib.attention.base.apply_shared_pattern, used by DecoupledPositionAttention"
@@ -217,6 +217,7 @@ def _padding_changes_output(fn, name: str, args_of, shape_note: str, position_ax
     return bool((diff > _TOL).any() | (torch.isnan(b) & real).any())
 
 
+@exercise_check
 def check_causal_interest_aggregation(causal_interest_aggregation) -> None:
     """Check ``causal_interest_aggregation(x, logits, valid) -> (B, L, k, d)``: shape, no NaN, no leak from the
     future, padding ignored, then the values against the library."""
@@ -317,6 +318,7 @@ def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 
     return out
 
 
+@exercise_check
 def check_aggregation_in_layer(causal_interest_aggregation, tol: float = 1e-4) -> None:
     """Build Eq. 3 with the learner's aggregation and compare it with the library's chunked LowRankAttention."""
     name = getattr(causal_interest_aggregation, "__name__", "causal_interest_aggregation")
@@ -445,6 +447,7 @@ def _position_leak(fn, name: str, seed: int = 3) -> tuple[int, int, str] | None:
     return None
 
 
+@exercise_check
 def check_position_attention(position_attention) -> None:
     """Check ``position_attention(p, u_q, u_k, v, valid) -> (B, H, L, d_h)``: shape, no NaN, no leak from the
     future, padding keys ignored, then the values against the library."""
@@ -539,6 +542,7 @@ def compare_position_attention_in_layer(position_attention, d_model: int = 16, n
             "soft cap": float((eq4 - lib)[keep].abs().max())}
 
 
+@exercise_check
 def check_position_attention_in_layer(position_attention, tol: float = 1e-5) -> None:
     """The learner's function on a real :class:`DecoupledPositionAttention` (table rows counted from the right)."""
     name = getattr(position_attention, "__name__", "position_attention")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Case, call_learner, check_function, expect, fail, passed, to_numpy
+from .base import Case, call_learner, check_function, exercise_check, expect, fail, passed, to_numpy
 
 PA_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention"
 FACTORIZED_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention(kind='factorized').pattern_logits"
@@ -227,6 +227,7 @@ def prove_no_leakage_positional(fn, name: str = "positional_attention", n_trials
     return None
 
 
+@exercise_check
 def check_positional_attention(positional_attention) -> None:
     """Compare ``positional_attention(logits, positions, v, valid) -> (output, weights)`` with the library and
     prove that nothing leaks from the future or the padding."""
@@ -288,6 +289,7 @@ def _diagnose_fact(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_factorized_logits(factorized_logits) -> None:
     """Compare ``factorized_logits(f1, f2, d_head) -> (H, n, n)`` with FPARec's pattern in the library."""
     name = getattr(factorized_logits, "__name__", "factorized_logits")
@@ -367,6 +369,7 @@ def compare_in_fparec(factorized_logits, positional_attention) -> dict[str, floa
     }
 
 
+@exercise_check
 def check_in_fparec(factorized_logits, positional_attention=None, tol: float = 1e-4) -> None:
     """Your ``factorized_logits`` and ``positional_attention`` in every layer of a small FPARec model: the same
     hidden states and weights as the library, nothing leaks from later items, trimming the padding changes nothing.

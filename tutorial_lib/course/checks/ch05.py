@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import Case, call_learner, check_function, expect, fail, passed, to_numpy
+from .base import Case, call_learner, check_function, exercise_check, expect, fail, passed, to_numpy
 
 WINDOW_LIBRARY = "tutorial_lib.attention.local.local_window"
 CONV_LIBRARY = "tutorial_lib.attention.local.LocalAttention (encoder='conv')"
@@ -91,6 +91,7 @@ def _diagnose_window(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_window_mask(window_mask) -> None:
     """Check ``window_mask(L, s, causal) -> (L, L) bool`` against the library's ``local_window``; for the
     causal windows, first make sure that no query can see a future key."""
@@ -227,6 +228,7 @@ def conv_leak(conv_encoder, L: int = 7, dh: int = 3, s: int = 2, seed: int = 0) 
     return None
 
 
+@exercise_check
 def check_conv_encoder(conv_encoder) -> None:
     """Prove that the learner's causal ``conv_encoder(v, weight, bias, causal=True)`` does not read the future,
     then compare it with the library's convolutional local head (causal and bidirectional)."""
@@ -434,6 +436,7 @@ def local_head_difference(gaussian_bias, biased_attention, L: int = 7, seed: int
             "weights": float((torch.as_tensor(w) - lib_w)[:, 0][valid].abs().max())}
 
 
+@exercise_check
 def check_distance_bias(gaussian_bias, biased_attention, tol: float = 1e-5) -> None:
     """Check ``gaussian_bias(L, a=1.0, b=0.5) -> (L, L)`` and ``biased_attention(q, k, v, bias, allowed) ->
     (output, weights)``, then run both as the local head of the library's ``initial`` encoder."""

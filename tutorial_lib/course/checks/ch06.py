@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from .base import Case, call_learner, check_function, expect, explain_difference, fail, passed, to_numpy
+from .base import Case, call_learner, check_function, exercise_check, expect, explain_difference, fail, passed, to_numpy
 
 COUNTING_LIBRARY = "tutorial_lib.attention.kernelized.counting_kernel"
 SAMPLER_LIBRARY = "tutorial_lib.attention.kernelized.skew_normal_sample"
@@ -110,6 +110,7 @@ def _diagnose_counting(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_counting_kernel(counting_kernel) -> None:
     """Check ``counting_kernel(cooc, counts) -> (B, L, L)`` against the library's."""
     check_function(counting_kernel, reference_counting_kernel, counting_cases(), library=COUNTING_LIBRARY,
@@ -253,6 +254,7 @@ def moment_table(sample_z, n_samples: int = 200_000, seed: int = 0) -> dict[str,
             "cov_se": torch.sqrt((centred[:, :, None] * centred[:, None, :]).var(0) / n_samples)}
 
 
+@exercise_check
 def check_skew_normal_sampler(sample_z, n_samples: int = 200_000) -> None:
     """Check ``sample_z(xi, omega, delta, chol, y0, eps)``: the library's sample for the same noise, then the
     mean and covariance of many samples against the closed forms."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Case, check_function
+from .base import Case, check_function, exercise_check
 
 MEAN_STD_LIBRARY = "tutorial_lib.viz.benchmark.mean_std"
 PAIRED_T_LIBRARY = "tutorial_lib.viz.benchmark.paired_t"
@@ -87,6 +87,7 @@ def _diagnose_mean_std(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_mean_std(mean_std) -> None:
     """Check ``mean_std(values) -> (mean, std, n)`` against the library's version."""
     check_function(lambda values: _mean_std_result(mean_std(values)), reference_mean_std, mean_std_cases(),
@@ -160,6 +161,7 @@ def _diagnose_paired_t(case: Case, yours, expected) -> str | None:
     return None
 
 
+@exercise_check
 def check_paired_t(paired_t) -> None:
     """Check ``paired_t(a, b) -> (mean_diff, std_err, t)`` against the library's version."""
     check_function(lambda a, b: _scalars(paired_t(a, b)), reference_paired_t, paired_t_cases(),
