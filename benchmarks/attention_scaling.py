@@ -138,16 +138,20 @@ def plot(rows: list[dict], path: Path, args: argparse.Namespace, device: torch.d
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    for name in dict.fromkeys(r["model"] for r in rows):
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    colours = plt.get_cmap("tab20").colors  # 20 distinct colours: no two models share one
+    markers = "osD^vP*Xh<>p"
+    for i, name in enumerate(names):
         rs = [r for r in rows if r["model"] == name and not r.get("skipped")]
         ls = [r["L"] for r in rs]
         style = "-" if name in ("sasrec", "lightsans", "lightsans-ape") else "--"
         for ax, key in zip(axes, ("ms", "activation_mib", "gflops")):
-            ax.plot(ls, [r[key] for r in rs], style, marker="o", markersize=3, label=name)
+            ax.plot(ls, [r[key] for r in rs], style, color=colours[i % len(colours)], marker=markers[i % len(markers)],
+                    markersize=4, label=name)
     for ax, title in zip(axes, ("forward + backward time (ms)", "activations saved for backward (MiB)",
                                  "forward GFLOPs (matrix products)")):
         ax.set(xscale="log", yscale="log", xlabel="sequence length L", title=title)
-    axes[0].legend(fontsize=7, ncol=2)
+    axes[0].legend(fontsize=7, ncol=2, handlelength=3.5)  # long enough handles to show solid vs dashed
     fig.suptitle(f"One attention layer, batch {args.batch}, d {args.d_model}, {hardware_description(device)}")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

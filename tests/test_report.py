@@ -328,7 +328,8 @@ def test_the_scorecard_prefers_a_run_trained_with_the_paper_s_learning_rate_deca
     assert cell()["ours"] == 0.72 and "without the paper's lr_decay=3" in cell()["reason"]
     append_run({**like, "hr@10": 0.73, "training": "epochs=200 lr_decay=3", "date": "2026-01-01", "run_id": "d"},
                path)
-    assert cell()["ours"] == 0.73 and "lr_decay" not in cell()["reason"]   # the paper's setting, though older
+    assert cell()["ours"] == 0.73 and "without the paper's" not in cell()["reason"]  # the paper's setting, though older
+    assert cell()["reason"].startswith("ours: the run in the paper's setting, sasrec (bce, n_heads=1, lr_decay=3)")
 
 
 def test_the_fparec_ml1m_cell_prefers_a_run_of_the_authors_script_and_says_when_it_has_none(tmp_path):
@@ -347,7 +348,8 @@ def test_the_fparec_ml1m_cell_prefers_a_run_of_the_authors_script_and_says_when_
     script = {**like, "max_len": 500, "options": "compat=True d_model=50 dropout=0.2 k=40 n_heads=1"}
     assert report.run_label(script) == "fparec (L=500, compat=True, d_model=50, n_heads=1)"
     append_run({**script, "hr@10": 0.20, "date": "2026-01-01", "run_id": "script"}, path)
-    assert cell()["ours"] == 0.20 and "setting" not in cell()["reason"]   # the paper's setting, even if lower
+    assert cell()["ours"] == 0.20 and "our presets" not in cell()["reason"]   # the paper's setting, even if lower
+    assert "the run in the paper's setting, fparec (L=500, compat=True, d_model=50, n_heads=1)" in cell()["reason"]
 
 
 def test_equal_budget_table_compares_every_method_with_the_baseline_and_the_paper(tmp_path):

@@ -229,6 +229,11 @@ def test_figures_build(results):
     assert vb.plot_accuracy_vs_cost(f, "seconds_per_epoch", datasets=["ml-1m"]).axes[0].get_xscale() == "linear"
     fig = vb.plot_accuracy_vs_cost(f, "train_seconds", logx=False)
     assert len(fig.axes) == 2
+    # many datasets wrap into rows of ncols panels; the unused ones of the last row are hidden
+    fig = vb.plot_accuracy_vs_cost(f, "train_seconds", datasets=["ml-1m", "beauty"], ncols=1)
+    assert [ax.get_subplotspec().rowspan.start for ax in fig.axes] == [0, 1]
+    fig = vb.plot_metric_bars(f, "ndcg@10", datasets=["ml-1m", "beauty", "ml-1m"], ncols=2)
+    assert len(fig.axes) == 4 and [ax.get_visible() for ax in fig.axes] == [True, True, True, False]
     with pytest.raises(ValueError, match="no full runs"):
         vb.plot_metric_bars(f.iloc[:0])
     rows = scorecard_rows(latest_runs(read_runs(results)))

@@ -359,6 +359,8 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
         if ours and (rec.options or rec.max_len) and label == method_label(rec.model, loss):
             setting = ([f"max_len {rec.max_len}"] if rec.max_len else []) + [f"{k}={v}" for k, v in rec.options]
             reasons.append("ours at our presets (the paper's setting: " + ", ".join(setting) + ")")
+        elif ours and label != method_label(rec.model, loss):
+            reasons.append(f"ours: the run in the paper's setting, {label}")
         if not rec.same_data:
             reasons.append("different dataset version")
         if rec.note:
@@ -394,7 +396,7 @@ def scorecard_table(runs: list[dict], only_run: bool = False, elsewhere: Collect
              "|---|---|---|---|---|---:|---:|---:|---|"]
     for r in rows:
         ours = "—" if math.isnan(r["ours"]) else f"{r['ours']:.4f}" + (f" [{r['seeds']}]" if r["seeds"] != 1 else "")
-        diff = "—" if math.isnan(r["diff"]) else f"{r['diff']:+.4f} ({r['diff'] / r['published']:+.0%})"
+        diff = "—" if math.isnan(r["diff"]) else f"{r['diff']:+.4f} ({r['diff'] / r['published']:+.1%})"
         lines.append(f"| {r['paper']} ({r['table']}) | {r['model']} | {r['dataset']} | {r['protocol']} | {r['metric']} "
                      f"| {r['published']:.4f} | {ours} | {diff} | {r['reason']} |")
     return "\n".join(lines)

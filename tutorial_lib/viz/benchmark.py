@@ -358,12 +358,23 @@ def _pretty(metric: str) -> str:
     return metric.replace("ndcg", "NDCG").replace("hr@", "HR@").replace("mrr", "MRR")
 
 
-def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", datasets: Sequence[str] | None = None,
-                     axes=None, title: str | None = None, variants: bool = False):
-    """One panel per dataset: a bar per method at the mean over seeds, the sample standard deviation as an
-    error bar, and every seed as a dot (current configurations only; the presets' configurations unless
-    ``variants``). Returns the figure."""
+def _panel_grid(n: int, panel_size: tuple[float, float], ncols: int):
+    """``n`` axes in rows of at most ``ncols`` (the unused ones of the last row hidden), as a flat array."""
     import matplotlib.pyplot as plt
+
+    cols, rows = min(n, ncols), math.ceil(n / ncols)
+    _, grid = plt.subplots(rows, cols, figsize=(panel_size[0] * cols, panel_size[1] * rows), layout="constrained",
+                           squeeze=False)
+    for ax in grid.flat[n:]:
+        ax.set_visible(False)
+    return grid.flat[:n]
+
+
+def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", datasets: Sequence[str] | None = None,
+                     axes=None, title: str | None = None, variants: bool = False, ncols: int = 2):
+    """One panel per dataset (``ncols`` to a row): a bar per method at the mean over seeds, the sample standard
+    deviation as an error bar, and every seed as a dot (current configurations only; the presets'
+    configurations unless ``variants``). Returns the figure."""
     import seaborn as sns
 
     sub = _current(frame, protocol)
@@ -375,9 +386,8 @@ def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", dat
         raise ValueError(f"no {protocol} runs with {metric} to plot")
     if axes is None:
         n_methods = max(1, sub["method"].nunique())
-        width = max(4.0, 0.55 * n_methods + 1.5) * len(datasets)
-        _, axes = plt.subplots(1, len(datasets), figsize=(max(width, 7.0), 4.2), layout="constrained", squeeze=False)
-        axes = axes[0]
+        width = max(4.0, 0.55 * n_methods + 1.5, 7.0 / min(len(datasets), ncols))
+        axes = _panel_grid(len(datasets), (width, 4.2), ncols)
     axes = np.atleast_1d(axes)
     for ax, dataset in zip(axes, datasets):
         d = sub[sub["dataset"] == dataset]
@@ -395,22 +405,18 @@ def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", dat
 
 def plot_accuracy_vs_cost(frame, cost: str = "train_seconds", metric: str = "ndcg@10", protocol: str = "full",
                           datasets: Sequence[str] | None = None, axes=None, logx: bool | str = "auto",
-                          xlabel: str | None = None, title: str | None = None):
-    """One panel per dataset: each method at (mean cost, mean metric) with sample-std error bars in both
-    directions, and its runs as faint dots. ``cost`` is any numeric column (``train_seconds``,
+                          xlabel: str | None = None, title: str | None = None, ncols: int = 3):
+    """One panel per dataset (``ncols`` to a row): each method at (mean cost, mean metric) with sample-std error
+    bars in both directions, and its runs as faint dots. ``cost`` is any numeric column (``train_seconds``,
     ``seconds_per_epoch``, or one you add, such as ``params``). ``logx="auto"`` uses a logarithmic cost axis
     when a panel's costs span more than a factor of 10. Returns the figure."""
-    import matplotlib.pyplot as plt
-
     sub = _current(frame, protocol)
     sub = sub[sub[metric].notna() & sub[cost].notna()]
     datasets = list(datasets) if datasets is not None else _order_datasets(sub["dataset"])
     if not datasets:
         raise ValueError(f"no {protocol} runs with both {metric} and {cost} to plot")
     if axes is None:
-        _, axes = plt.subplots(1, len(datasets), figsize=(5.2 * len(datasets), 4.2), layout="constrained",
-                               squeeze=False)
-        axes = axes[0]
+        axes = _panel_grid(len(datasets), (5.2, 4.2), ncols)
     axes = np.atleast_1d(axes)
     methods = _order_methods(sub["method"])
     colours = dict(zip(methods, _palette(len(methods))))
