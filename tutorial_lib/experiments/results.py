@@ -10,6 +10,7 @@ import fcntl
 import io
 import os
 import platform
+import shlex
 import subprocess
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -204,7 +205,7 @@ def provenance_lines(device: torch.device | None = None, commit: str | None = No
     import numpy as np
 
     elsewhere = library_elsewhere()
-    return [f"command: `python {' '.join(sys.argv)}`  ", f"commit: {commit or git_commit()}  ",
+    return [f"command: `python {shlex.join(sys.argv)}`  ", f"commit: {commit or git_commit()}  ",
             *([f"library: {elsewhere}  "] if elsewhere else []),
             f"hardware: {hardware_description(device or torch.device('cpu'))}  ",
             f"torch {torch.__version__}, numpy {np.__version__}, Python {platform.python_version()}  ",
