@@ -272,19 +272,18 @@ def _diagnose_allowed(case: Case, yours, expected) -> str | None:
     eye = torch.eye(L, dtype=torch.bool)
     valid = ids.ne(0)
     causal = torch.ones(L, L, dtype=torch.bool).tril()
-    padding_hint = "the padding is not hidden: keys whose item id is 0 must be False in every row"
-    if m.shape != expected.shape:  # the causal mask alone, (L, L) or broadcast, is the likely case
-        try:
-            return padding_hint if torch.equal(m.broadcast_to(expected.shape), causal.expand_as(expected)) else None
-        except RuntimeError:       # not broadcastable: the shape message says enough
-            return None
+    try:  # the causal mask alone, as (L, L) or broadcast to (B, 1, L, L), is the likely mistake
+        if torch.equal(m.broadcast_to(expected.shape), causal.expand_as(expected)):
+            return "the padding is not hidden: keys whose item id is 0 must be False in every row"
+    except RuntimeError:  # not broadcastable: the shape message says enough
+        return None
+    if m.shape != expected.shape:
+        return None
     if torch.equal(m, expected & ~eye | (expected & eye & valid[:, None, :, None])) or torch.equal(
             m, (valid[:, None, None, :] & causal)):
         return ("padding positions see no key at all, so their softmax is over a row of -inf and gives NaN. Let "
                 "every position always see itself: `| torch.eye(L, dtype=torch.bool)`. (Their outputs are never "
                 "used, but NaNs would spread through the next layers.)")
-    if torch.equal(m, causal.expand_as(m)):
-        return padding_hint
     if torch.equal(m, (valid[:, None, None, :] | eye).expand_as(m)):
         return "the causal part is missing: combine the padding mask with causal_mask(L) using &"
     if torch.equal(m, (valid[:, None, :, None] & causal) | eye):
