@@ -20,3 +20,8 @@ NOTEBOOK_ENV = {
 }
 for _key, _value in NOTEBOOK_ENV.items():
     os.environ.setdefault(_key, _value)
+
+# The notebook kernels import `tutorial_lib` from this checkout, not from wherever the package was installed
+# (an editable install of another clone would otherwise be what the notebooks test).
+_ROOT = os.path.dirname(os.path.abspath(__file__))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p)
