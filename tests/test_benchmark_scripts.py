@@ -171,3 +171,29 @@ def test_train_speed_reports_the_first_epoch_apart_and_the_speed_up(tmp_path):
     for first, per_epoch, _, hr, ndcg in rows.values():
         assert float(first) > 0 and float(per_epoch) > 0 and 0 <= float(ndcg) <= float(hr) <= 1
     assert set(script.VARIANTS) >= {"reference + torch.compile", "ours + torch.compile"}
+
+
+def test_notebook_times_runs_each_notebook_in_the_mode_asked(tmp_path):
+    import nbformat
+
+    folder = tmp_path / "lessons"
+    folder.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# a lesson"),
+        nbformat.v4.new_code_cell("import os\nmode = os.environ['COURSE_MODE']\nprint(mode)"),
+        nbformat.v4.new_code_cell("import time\ntime.sleep(0.3)")])
+    nbformat.write(nb, folder / "01_lesson.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), folder / "02_other.ipynb")
+    script = load_script("notebook_times")
+    out, keep = tmp_path / "times.md", tmp_path / "executed"
+    assert script.main(["01_lesson", "--mode", "smoke", "--folder", str(folder), "--out", str(out),
+                        "--keep", str(keep)]) == 0
+    table = out.read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| 01_lesson"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "smoke" and float(cells[2]) >= 0.3 and cells[4] == "2" and cells[5].startswith("1: ")
+    assert "02_other" not in table and "commit:" in table and "COURSE_MODE=smoke" in table
+    executed = nbformat.read(keep / "01_lesson.ipynb", as_version=4)
+    assert executed.cells[1].outputs[0]["text"] == "smoke\n"        # the kernel saw the mode
+    with pytest.raises(SystemExit, match="not in .*lessons: 03_missing.ipynb"):
+        script.main(["03_missing", "--folder", str(folder)])
