@@ -19,7 +19,6 @@ Set ``SEQREC_DATA_DIR`` to the folder with the real datasets, or the notebooks f
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import nbformat
 import torch
 
+from tutorial_lib.course.build import execute_notebook
 from tutorial_lib.experiments.results import git_commit, provenance_lines
 from tutorial_lib.utils import atomic_write_text
 
@@ -51,34 +51,16 @@ def find_notebooks(folder: Path, names: list[str]) -> list[Path]:
 
 
 def run_notebook(path: Path, mode: str, timeout: int) -> tuple[float, list[float], nbformat.NotebookNode]:
-    """Execute ``path`` in a fresh kernel with ``COURSE_MODE=mode``.
+    """Execute ``path`` in a fresh kernel with ``COURSE_MODE=mode``, importing this checkout's library.
 
     Returns the wall-clock seconds of the whole run (kernel start included), the seconds of every code
     cell (in order), and the executed notebook."""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
-    env = {"COURSE_MODE": mode, "TUTORIAL_LIB_QUIET": "1", "MPLBACKEND": "Agg",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     cell_seconds: list[float] = []
-    client = NotebookClient(copy.deepcopy(nb), timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    started: dict[int, float] = {}
-    client.on_cell_execute = lambda cell, cell_index: started.__setitem__(cell_index, time.perf_counter())
-    client.on_cell_executed = lambda cell, cell_index, execute_reply: cell_seconds.append(
-        time.perf_counter() - started[cell_index])
-    try:
-        t0 = time.perf_counter()
-        executed = client.execute()
-        return time.perf_counter() - t0, cell_seconds, executed
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    python_path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    t0 = time.perf_counter()
+    executed = execute_notebook(nbformat.read(path, as_version=4), cwd=path.parent, mode=mode, timeout=timeout,
+                                extra_env={"PYTHONPATH": python_path}, cell_seconds=cell_seconds)
+    return time.perf_counter() - t0, cell_seconds, executed
 
 
 def render(rows: list[dict], mode: str, folder: Path) -> str:
