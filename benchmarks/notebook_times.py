@@ -63,7 +63,7 @@ def run_notebook(path: Path, mode: str, timeout: int) -> tuple[float, list[float
     return time.perf_counter() - t0, cell_seconds, executed
 
 
-def render(rows: list[dict], mode: str, folder: Path) -> str:
+def render(rows: list[dict], mode: str, folder: Path, commit: str) -> str:
     data_dir = os.environ.get("SEQREC_DATA_DIR")
     lines = [f"Wall-clock time of running every cell of each notebook in `{folder.name}/` with nbclient "
              f"(`COURSE_MODE={mode}`, a fresh kernel each, kernel start included); datasets from "
@@ -77,7 +77,7 @@ def render(rows: list[dict], mode: str, folder: Path) -> str:
                      f"| {slowest} |")
     total = sum(r["seconds"] for r in rows)
     lines += ["", f"Total: {total:.0f} s ({total / 60:.1f} min). Cell indices count code cells only, from 0.", "",
-              *provenance_lines(torch.device("cpu"), commit=rows[0]["commit"] if rows else None)]
+              *provenance_lines(torch.device("cpu"), commit=commit)]
     return "\n".join(lines)
 
 
@@ -97,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in find_notebooks(folder, args.names):
         print(f"running {path.name} (COURSE_MODE={args.mode}) ...", flush=True)
         seconds, cells, executed = run_notebook(path, args.mode, args.timeout)
-        rows.append({"name": path.stem, "seconds": seconds, "cells": cells, "commit": commit})
+        rows.append({"name": path.stem, "seconds": seconds, "cells": cells})
         print(f"  {seconds:.1f} s", flush=True)
         if args.keep is not None:
             args.keep.mkdir(parents=True, exist_ok=True)
             atomic_write_text(args.keep / path.name, nbformat.writes(executed))
-    table = render(rows, args.mode, folder)
+    table = render(rows, args.mode, folder, commit)
     print("\n" + table)
     if args.out is not None:
         atomic_write_text(args.out, table + "\n")

@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -376,8 +377,6 @@ def execute_notebook(nb, cwd: str | Path, mode: str = "smoke", timeout: int = 60
 
     ``extra_env``: more variables for the kernel. ``cell_seconds``: a list that receives the wall-clock
     seconds of every code cell, in order. Returns the executed copy."""
-    import time
-
     from nbclient import NotebookClient
 
     env = {"COURSE_MODE": mode, "TUTORIAL_LIB_QUIET": "1", "MPLBACKEND": "Agg", **(extra_env or {})}
