@@ -33,7 +33,7 @@ COURSE_MODES: dict[str, str] = {
     "full": "the papers' settings; meant for a GPU",
 }
 #: minimum versions (the same as pyproject.toml); jupyterlab matters only where the Jupyter server runs
-REQUIREMENTS: dict[str, str] = {"torch": "2.2", "numpy": "1.24", "pandas": "2.0", "tqdm": "4.65",
+REQUIREMENTS: dict[str, str] = {"torch": "2.3", "numpy": "1.24", "pandas": "2.0", "tqdm": "4.65",
                                 "matplotlib": "3.7", "seaborn": "0.13", "ipywidgets": "8.0"}
 OPTIONAL_REQUIREMENTS: dict[str, str] = {"jupyterlab": "4.0"}
 PLOT_RC = {

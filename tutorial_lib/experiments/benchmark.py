@@ -147,13 +147,31 @@ def summary(statuses: Sequence[RunStatus]) -> str:
 
 
 def _process_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (it is not signalled or touched)."""
+    if os.name == "nt":
+        return _process_alive_windows(pid)
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)       # signal 0: only checks that the process exists
     except ProcessLookupError:
         return False
     except PermissionError:   # someone else's process
         return True
     return True
+
+
+def _process_alive_windows(pid: int) -> bool:
+    """Windows has no signal 0 (``os.kill`` would terminate the process): ask the kernel for its exit code."""
+    import ctypes
+
+    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    handle = kernel32.OpenProcess(0x1000, False, pid)         # PROCESS_QUERY_LIMITED_INFORMATION
+    if not handle:
+        return ctypes.get_last_error() == 5                   # ERROR_ACCESS_DENIED: it exists, it is not ours
+    try:
+        code = ctypes.c_ulong()
+        return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == 259  # STILL_ACTIVE
+    finally:
+        kernel32.CloseHandle(handle)
 
 
 def lock_path(checkpoint: Path) -> Path:

@@ -6,7 +6,6 @@ exact command, the git commit, the device and the library versions.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import os
 import platform
@@ -103,13 +102,26 @@ def hardware_description(device: torch.device) -> str:
 
 @contextmanager
 def _locked(path: Path):
+    """Hold an exclusive lock on ``<path>.lock`` (``flock`` on POSIX, ``msvcrt.locking`` on Windows)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        if os.name == "nt":
+            import msvcrt
+
+            msvcrt.locking(lock.fileno(), msvcrt.LK_LOCK, 1)   # retries for 10 s, then raises OSError
+            try:
+                yield
+            finally:
+                lock.seek(0)
+                msvcrt.locking(lock.fileno(), msvcrt.LK_UNLCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def append_run(row: dict, path: str | Path | None = None) -> Path:
