@@ -408,3 +408,14 @@ def test_a_column_trained_at_several_budgets_says_which_method_had_which(tmp_pat
     assert "beauty" not in note                                           # one budget: nothing to say
     one = [r for r in runs if r["dataset"] == "beauty"]
     assert "Training budgets" not in report.main_table(one)
+
+
+def test_a_demonstration_row_on_the_synthetic_data_changes_no_document(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "run_id": "a"}, path)
+    readme, results_readme = report.render_section(path), report.render_results_readme(path)
+    append_run({**ROW, "dataset": "synthetic", "run_id": "demo"}, path)   # python -m tutorial_lib train
+    assert report.render_section(path) == readme
+    assert report.render_results_readme(path) == results_readme
+    append_run({**ROW, "dataset": "beauty", "run_id": "real"}, path)       # a real dataset is a result
+    assert report.render_section(path) != readme

@@ -40,6 +40,16 @@ LOCKER_ENCODERS = ("rnn", "conv", "win", "initial", "adapt")
 
 
 # ----------------------------------------------------------------------------- loading
+#: rows on this dataset are demonstrations (``python -m tutorial_lib train`` without ``--dataset``), not results
+DEMO_DATASET = "synthetic"
+
+
+def reported_rows(path: Path | None = None) -> list[dict[str, str]]:
+    """The rows of the results file that the documents report: every row except those on the synthetic data, so
+    that a learner's first ``train`` run leaves README and ``results/README.md`` as they are."""
+    return [r for r in read_runs(path or default_results_path()) if r.get("dataset") != DEMO_DATASET]
+
+
 def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
     """One row per run (the latest for a ``run_id``), with numbers parsed."""
     keep: dict[tuple, dict] = {}
@@ -807,8 +817,7 @@ def _equal_budget_section(runs: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------- documents
 def render_section(results: Path | None = None) -> str:
     """README's generated section: the main table and the scorecard cells we have run."""
-    rows = read_runs(results or default_results_path())
-    runs = latest_runs(rows)
+    runs = latest_runs(reported_rows(results))
     body = "\n\n".join([
         main_table(runs),
         *_loss_section(runs),
@@ -850,7 +859,7 @@ def _locker_section(runs: list[dict], table: str | None = None) -> list[str]:
 
 def render_results_readme(results: Path | None = None) -> str:
     path = results or default_results_path()
-    rows = read_runs(path)
+    rows = reported_rows(path)
     runs = latest_runs(rows)
     equal_runs = _equal_budget_runs()
     protocols = sorted({r["protocol"] for r in runs} - {HEADLINE})
@@ -862,7 +871,8 @@ def render_results_readme(results: Path | None = None) -> str:
         "CLI (`python -m tutorial_lib train`) and the benchmark runner (`python -m tutorial_lib benchmark`) write. "
         "Each row carries the exact command, the commit, the hardware and the library versions that produced it; "
         "per-epoch training curves are in `results/curves/<model>_<dataset>_<loss>_<protocol>_s<seed>_<run_id>.csv`. "
-        "Speed and efficiency tables are in `results/benchmarks/`.",
+        "Speed and efficiency tables are in `results/benchmarks/`. Rows on the synthetic data (`train` without "
+        "`--dataset`, a demonstration) are not reported.",
         "",
         "## Main table (headline protocol)",
         "",
