@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tutorial_lib.data import registry
-from tutorial_lib.data.download import download_file, ensure_dataset, sha256_of
+from tutorial_lib.data.download import download_file, ensure_dataset, git_blob_of, sha256_of
 from tutorial_lib.data.registry import DatasetSpec, FileSpec, FileStats, get_spec
 from tutorial_lib.errors import ChecksumError, DatasetUnavailableError
 
@@ -49,6 +49,30 @@ def test_checksum_mismatch_leaves_nothing(tmp_path, src):
     msg = str(info.value)
     assert "0" * 64 in msg and SHA in msg and "file.bin" in msg
     assert not dest.exists() and not _part(dest).exists()
+
+
+def test_git_blob_id_is_what_git_hash_object_prints(tmp_path):
+    hello = tmp_path / "hello.txt"
+    hello.write_bytes(b"hello\n")
+    assert git_blob_of(hello) == "ce013625030ba8dba906f756967f9e9ca394464a"   # git hash-object of "hello\n"
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert git_blob_of(empty) == "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"   # git's empty blob
+
+
+def test_download_verified_by_git_blob_id(tmp_path, src):
+    blob = hashlib.sha1(b"blob %d\0" % len(PAYLOAD) + PAYLOAD).hexdigest()
+    dest = tmp_path / "out" / "file.bin"
+    assert download_file(src.as_uri(), dest, git_blob=blob).read_bytes() == PAYLOAD
+    other = tmp_path / "other" / "file.bin"
+    with pytest.raises(ChecksumError, match=f"git blob id mismatch.*expected {'1' * 40}, actual {blob}"):
+        download_file(src.as_uri(), other, git_blob="1" * 40)
+    assert not other.exists() and not _part(other).exists()
+
+
+def test_ml_1m_download_is_checked_against_the_original_s_git_blob():
+    f = get_spec("ml-1m").main_file
+    assert f.sha256 is None and f.git_blob == "9ab8e3edb8742f8d8cc4911e3dee25e82a6fcc24"
 
 
 def test_size_mismatch_leaves_nothing(tmp_path, src):

@@ -76,8 +76,18 @@ def _fetch(url: str, part: Path, timeout: float, expected_size: int | None) -> b
     return resume
 
 
-def _check(part: Path, dest: Path, url: str, sha256: str | None, expected_size: int | None) -> str | None:
-    """Problem with the downloaded ``part`` (size or sha256), or None when it is good."""
+def git_blob_of(path: str | os.PathLike) -> str:
+    """The file's git blob id, as ``git hash-object`` prints it: SHA-1 of ``b"blob <size>\\0"`` + the bytes."""
+    h = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _check(part: Path, dest: Path, url: str, sha256: str | None, expected_size: int | None,
+           git_blob: str | None = None) -> str | None:
+    """Problem with the downloaded ``part`` (size, sha256 or git blob id), or None when it is good."""
     size = part.stat().st_size
     if expected_size is not None and size != expected_size:
         return f"size mismatch for {dest.name} from {url}: expected {expected_size:,} bytes, got {size:,}"
@@ -85,6 +95,10 @@ def _check(part: Path, dest: Path, url: str, sha256: str | None, expected_size: 
         actual = sha256_of(part)
         if actual.lower() != sha256.lower():
             return f"sha256 mismatch for {dest.name} from {url}: expected {sha256}, actual {actual}"
+    if git_blob is not None:
+        actual = git_blob_of(part)
+        if actual.lower() != git_blob.lower():
+            return f"git blob id mismatch for {dest.name} from {url}: expected {git_blob}, actual {actual}"
     return None
 
 
@@ -94,11 +108,12 @@ def download_file(
     sha256: str | None = None,
     expected_size: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    git_blob: str | None = None,
 ) -> Path:
     """Download the first URL of ``urls`` that answers into ``dest``; return ``dest``.
 
-    Streams to ``dest.part`` (resuming it when present), verifies ``expected_size`` and ``sha256``
-    when given, then atomically renames it to ``dest``. Never prompts.
+    Streams to ``dest.part`` (resuming it when present), verifies ``expected_size``, ``sha256`` and
+    ``git_blob`` when given, then atomically renames it to ``dest``. Never prompts.
 
     Raises:
         ChecksumError: the download does not match (the partial file is deleted, ``dest`` untouched).
@@ -115,7 +130,7 @@ def download_file(
         except _NETWORK_ERRORS as exc:
             failures.append(f"{url}: {exc}")
             continue
-        problem = _check(part, dest, url, sha256, expected_size)
+        problem = _check(part, dest, url, sha256, expected_size, git_blob)
         if problem and resumed:  # the old partial file may be stale: one fresh attempt
             part.unlink()
             try:
@@ -123,7 +138,7 @@ def download_file(
             except _NETWORK_ERRORS as exc:
                 failures.append(f"{url}: {exc}")
                 continue
-            problem = _check(part, dest, url, sha256, expected_size)
+            problem = _check(part, dest, url, sha256, expected_size, git_blob)
         if problem:
             part.unlink(missing_ok=True)
             raise ChecksumError(
@@ -181,6 +196,8 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
     for f in missing:
         lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
         lines.append(f"      sha256: {f.sha256 or 'unknown (' + f.note + ')'}")
+        if f.git_blob:
+            lines.append(f"      git blob id: {f.git_blob} (`git hash-object {f.filename}` prints it)")
         srcs = _sources(f)
         lines += [f"      from:   {s}" for s in srcs] or ["      from:   (no public URL; see data/README.md)"]
     lines += [
@@ -214,7 +231,7 @@ def fetch_file(f: FileSpec, folder: str | os.PathLike, timeout: float = DEFAULT_
     if not urls:
         raise DatasetUnavailableError(f"{f.filename} has no public download URL; {f.note}")
     _log(f"downloading {urls[0]} -> {dest}")
-    return download_file(urls, dest, f.sha256, f.size, timeout)
+    return download_file(urls, dest, f.sha256, f.size, timeout, f.git_blob)
 
 
 def verify_statistics(spec: DatasetSpec, folder: str | os.PathLike) -> None:

@@ -53,6 +53,9 @@ class FileSpec:
         archive_filename: local name under which the archive is kept in the dataset folder.
         archive_sha256: sha256 of the archive itself, ``None`` when unknown (the member is verified).
         mirrors: direct copies of the file itself, tried after the archive ``urls``.
+        git_blob: the file's git blob id (``git hash-object FILE``: SHA-1 of ``b"blob <size>\\0"`` + the bytes)
+            where only that is published (the file lives in a git repository whose tree names it); a download is
+            verified against it like a checksum.
     """
 
     filename: str
@@ -65,6 +68,7 @@ class FileSpec:
     archive_filename: str | None = None
     archive_sha256: str | None = None
     mirrors: tuple[str, ...] = ()
+    git_blob: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,12 +176,13 @@ _register(
                 None,
                 None,
                 note=(
-                    "sha256 unknown: the public original (kang205/SASRec data/ml-1m.txt, git blob "
-                    "9ab8e3edb8742f8d8cc4911e3dee25e82a6fcc24, about 9.05 MB) could not be checksummed here; the "
-                    "course's development copy is a faithful reconstruction with a different sha256 (see "
-                    "ml-1m/SOURCE.md). A download is verified by its statistics instead "
-                    "(6,040 users / 3,416 items / 999,611 interactions)."
+                    "sha256 unknown: the public original (kang205/SASRec data/ml-1m.txt, about 9.05 MB) could not "
+                    "be checksummed here; the course's development copy is a faithful reconstruction with a "
+                    "different sha256 (data/README.md). A download is verified by the original's git blob id, "
+                    "which its repositories' trees publish, and by its statistics (6,040 users / 3,416 items / "
+                    "999,611 interactions)."
                 ),
+                git_blob="9ab8e3edb8742f8d8cc4911e3dee25e82a6fcc24",
             ),
             FileSpec(
                 "ml-1m_item_map.tsv",
