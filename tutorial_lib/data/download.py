@@ -27,13 +27,22 @@ _CHUNK = 1 << 20
 _NETWORK_ERRORS = (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError, ValueError)
 
 
-def sha256_of(path: str | os.PathLike) -> str:
-    """Hex sha256 of a file."""
-    h = hashlib.sha256()
+def _hex_digest(path: str | os.PathLike, h) -> str:
+    """Feed the file to the hash object ``h`` in chunks; return its hex digest."""
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(_CHUNK), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file."""
+    return _hex_digest(path, hashlib.sha256())
+
+
+def git_blob_of(path: str | os.PathLike) -> str:
+    """The file's git blob id, as ``git hash-object`` prints it: SHA-1 of ``b"blob <size>\\0"`` + the bytes."""
+    return _hex_digest(path, hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode()))
 
 
 def _log(msg: str) -> None:
@@ -74,15 +83,6 @@ def _fetch(url: str, part: Path, timeout: float, expected_size: int | None) -> b
         with open(part, "ab" if resume else "wb") as fh:
             shutil.copyfileobj(resp, fh, _CHUNK)
     return resume
-
-
-def git_blob_of(path: str | os.PathLike) -> str:
-    """The file's git blob id, as ``git hash-object`` prints it: SHA-1 of ``b"blob <size>\\0"`` + the bytes."""
-    h = hashlib.sha1(f"blob {os.path.getsize(path)}\0".encode())
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _check(part: Path, dest: Path, url: str, sha256: str | None, expected_size: int | None,
