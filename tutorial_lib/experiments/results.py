@@ -100,28 +100,40 @@ def hardware_description(device: torch.device) -> str:
     return f"{device.type}: {cpu} x{torch.get_num_threads()} threads"
 
 
+def _lock(fh) -> None:
+    """Take an exclusive lock on the open file ``fh`` (``flock`` on POSIX, ``msvcrt.locking`` on Windows)."""
+    if os.name == "nt":
+        import msvcrt
+
+        msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)   # retries for 10 s, then raises OSError
+    else:
+        import fcntl
+
+        fcntl.flock(fh, fcntl.LOCK_EX)
+
+
+def _unlock(fh) -> None:
+    if os.name == "nt":
+        import msvcrt
+
+        fh.seek(0)
+        msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+    else:
+        import fcntl
+
+        fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @contextmanager
 def _locked(path: Path):
-    """Hold an exclusive lock on ``<path>.lock`` (``flock`` on POSIX, ``msvcrt.locking`` on Windows)."""
+    """Hold an exclusive lock on ``<path>.lock`` while the block runs."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
-        if os.name == "nt":
-            import msvcrt
-
-            msvcrt.locking(lock.fileno(), msvcrt.LK_LOCK, 1)   # retries for 10 s, then raises OSError
-            try:
-                yield
-            finally:
-                lock.seek(0)
-                msvcrt.locking(lock.fileno(), msvcrt.LK_UNLCK, 1)
-        else:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        _lock(lock)
+        try:
+            yield
+        finally:
+            _unlock(lock)
 
 
 def append_run(row: dict, path: str | Path | None = None) -> Path:
