@@ -164,6 +164,11 @@ def _process_alive_windows(pid: int) -> bool:
     import ctypes
 
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+    # a HANDLE is pointer-sized: without these, ctypes would pass and return it as a 32-bit int
+    kernel32.OpenProcess.restype = ctypes.c_void_p
+    kernel32.OpenProcess.argtypes = [ctypes.c_ulong, ctypes.c_int, ctypes.c_ulong]
+    kernel32.GetExitCodeProcess.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulong)]
+    kernel32.CloseHandle.argtypes = [ctypes.c_void_p]
     handle = kernel32.OpenProcess(0x1000, False, pid)         # PROCESS_QUERY_LIMITED_INFORMATION
     if not handle:
         return ctypes.get_last_error() == 5                   # ERROR_ACCESS_DENIED: it exists, it is not ours
