@@ -46,7 +46,7 @@ def test_a_shorter_sequence_length_is_its_own_method_and_never_replaces_the_defa
     assert [report.run_label(r) for r in runs] == ["sasrec", "sasrec (L=50)", "rksa"]
     table, others = report.main_table(runs), report.main_table(runs, variants=True)
     assert "| sasrec | **0.1500 [1]** |" in table and "L=50" not in table
-    assert "| sasrec (L=50) | **0.0500 [1]** |" in others and "| sasrec |" not in others
+    assert "| sasrec (L=50) | budget not recorded | **0.0500 [1]** |" in others and "| sasrec |" not in others
     card = {(r["paper"], r["model"], r["dataset"], r["metric"]): r for r in report.scorecard_rows(runs)}
     assert card[("FPARec", "sasrec", "ml-1m", "ndcg@10")]["ours"] == 0.15                  # the default-length run
     assert report.run_label({**ROW, "loss": "bce", "max_len": "50"}) == "sasrec (bce, L=50)"
@@ -419,3 +419,24 @@ def test_a_demonstration_row_on_the_synthetic_data_changes_no_document(tmp_path)
     assert report.render_results_readme(path) == results_readme
     append_run({**ROW, "dataset": "beauty", "run_id": "real"}, path)       # a real dataset is a result
     assert report.render_section(path) != readme
+
+
+def test_the_variant_table_says_how_long_each_row_trained(tmp_path):
+    path = tmp_path / "runs.csv"
+    like = {"dataset": "ml-1m", "loss": "ce", "max_len": 200, "protocol": "full", "options": "dropout=0.1"}
+    for model, seed, training in (("sasrec", 42, "epochs=300 batch_size=32"), ("fparec", 42, "epochs=180 batch_size=32"),
+                                  ("fparec", 43, "epochs=180 batch_size=32")):
+        append_run({**ROW, **like, "model": model, "seed": seed, "training": training, "run_id": f"{model}{seed}"}, path)
+    append_run({**ROW, **like, "dataset": "video", "model": "sasrec", "max_len": 50, "seed": 42,
+                "training": "epochs=200 batch_size=128", "run_id": "video"}, path)
+    runs = report.latest_runs(report.read_runs(path))
+    others = report.main_table(runs, variants=True).splitlines()
+    assert others[2] == "| method | budget | ml-1m | video |" and others[3] == "|---|---|---:|---:|"
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1] for line in others[4:] if line.startswith("| ")}
+    assert rows["fparec (dropout=0.1)"] == "180 epochs at batch 32"
+    assert rows["sasrec (dropout=0.1)"] == "300 epochs at batch 32 (ml-1m); 200 epochs at batch 128 (video)"
+    assert "budget" not in report.main_table(runs)   # the presets' table keeps its own note on budgets
+    assert report.row_budget({"ml-1m": [{"seed": 43, "training": "epochs=180 batch_size=32"},
+                                        {"seed": 42, "training": "epochs=300 batch_size=32"}]}) == \
+        "300 epochs at batch 32 (ml-1m seed 42); 180 epochs at batch 32 (ml-1m seed 43)"
+    assert report.row_budget({"ml-1m": [{"seed": 42, "training": ""}]}) == "budget not recorded"

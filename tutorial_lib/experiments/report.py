@@ -217,7 +217,8 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
     trained with sampled softmax instead of full CE carry a double dagger (see :func:`benchmark_groups`).
 
     Only the presets' configurations, or with ``variants=True`` only the others (another sequence length or
-    model options; see :func:`run_label`). Cells whose weights were selected on another protocol's
+    model options; see :func:`run_label`) with a column giving each row's training budget (a label says what a
+    run changed in the method, not how long it trained; see :func:`row_budget`). Cells whose weights were selected on another protocol's
     validation (a run's ``--also-protocols`` rows, used only where no run was selected on this one) get a °.
     ``base``: the settings the labels are relative to instead of the presets (see :func:`run_label`)."""
     groups, sampled = benchmark_groups(runs, protocol, base)
@@ -231,7 +232,8 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
         best = {d: max((mean_std([r[metric] for r in groups[(m, d)]])[0] for m in methods if (m, d) in groups),
                        default=math.nan) for d in datasets}
         lines += [f"**Test {metric.upper()}** ({protocol} ranking; mean ± std over seeds, [n] = number of seeds "
-                  "when not 3)", "", "| method | " + " | ".join(datasets) + " |", "|---|" + "---:|" * len(datasets)]
+                  "when not 3)", "", "| method | " + ("budget | " if variants else "") + " | ".join(datasets) + " |",
+                  "|---|" + ("---|" if variants else "") + "---:|" * len(datasets)]
         for m in methods:
             cells = []
             for d in datasets:
@@ -246,7 +248,8 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
                 text += SAMPLED_MARK if (m, d) in sampled else ""
                 text += OTHER_SELECTION_MARK if any(selected_on(r) != protocol for r in rs) else ""
                 cells.append(f"**{text}**" if mean == best[d] else text)
-            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+            budget = [row_budget({d: groups[(m, d)] for d in datasets if (m, d) in groups})] if variants else []
+            lines.append(f"| {m} | " + " | ".join(budget + cells) + " |")
         lines.append("")
     other = sorted({selected_on(r) for rs in groups.values() for r in rs} - {protocol})
     if other:
@@ -277,6 +280,21 @@ def training_budget(run: dict) -> str:
     if "epochs" not in settings and "batch_size" not in settings:
         return "budget not recorded"
     return f"{settings.get('epochs', '?')} epochs at batch {settings.get('batch_size', '?')}"
+
+
+def row_budget(cells: dict[str, list[dict]]) -> str:
+    """The :func:`training_budget` of one table row (dataset -> its cell's runs): one budget, or each budget
+    with the datasets (and, where the seeds of a cell differ, the seeds) trained with it."""
+    where: dict[str, list[str]] = {}
+    for dataset, rs in cells.items():
+        budgets = {training_budget(r) for r in rs}
+        for r in sorted(rs, key=lambda r: str(r.get("seed"))):
+            name = dataset if len(budgets) == 1 else f"{dataset} seed {r.get('seed')}"
+            if name not in where.setdefault(training_budget(r), []):
+                where[training_budget(r)].append(name)
+    if len(where) == 1:
+        return next(iter(where))
+    return "; ".join(f"{budget} ({', '.join(names)})" for budget, names in where.items())
 
 
 def mixed_budgets(groups: dict[tuple[str, str], list[dict]]) -> dict[str, dict[str, list[str]]]:
@@ -884,7 +902,8 @@ def render_results_readme(results: Path | None = None) -> str:
         "## Other configurations",
         "",
         "Runs whose sequence length or model options differ from the presets (another paper's setting, or an "
-        "ablation), labelled with what they changed; the headline protocol.",
+        "ablation), labelled with what they changed, beside the training budget each was run with (epoch cap at a "
+        "batch size; early stopping may end a run sooner); the headline protocol.",
         "",
         main_table(runs, variants=True),
         *(["", "\n\n".join(loss)] if (loss := _loss_section(runs)) else []),
