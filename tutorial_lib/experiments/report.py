@@ -218,8 +218,9 @@ def main_table(runs: list[dict], protocol: str = HEADLINE, metrics: tuple[str, .
 
     Only the presets' configurations, or with ``variants=True`` only the others (another sequence length or
     model options; see :func:`run_label`) with a column giving each row's training budget (a label says what a
-    run changed in the method, not how long it trained; see :func:`row_budget`). Cells whose weights were selected on another protocol's
-    validation (a run's ``--also-protocols`` rows, used only where no run was selected on this one) get a °.
+    run changed in the method, not how long it trained; see :func:`row_budget`). Cells whose weights were
+    selected on another protocol's validation (a run's ``--also-protocols`` rows, used only where no run was
+    selected on this one) get a °.
     ``base``: the settings the labels are relative to instead of the presets (see :func:`run_label`)."""
     groups, sampled = benchmark_groups(runs, protocol, base)
     groups = {k: rs for k, rs in groups.items() if is_variant(k[0], rs[0]) == variants}
@@ -288,10 +289,11 @@ def row_budget(cells: dict[str, list[dict]]) -> str:
     where: dict[str, list[str]] = {}
     for dataset, rs in cells.items():
         budgets = {training_budget(r) for r in rs}
-        for r in sorted(rs, key=lambda r: str(r.get("seed"))):
+        for r in sorted(rs, key=lambda r: (len(str(r.get("seed"))), str(r.get("seed")))):   # 9 before 10
             name = dataset if len(budgets) == 1 else f"{dataset} seed {r.get('seed')}"
-            if name not in where.setdefault(training_budget(r), []):
-                where[training_budget(r)].append(name)
+            names = where.setdefault(training_budget(r), [])
+            if name not in names:
+                names.append(name)
     if len(where) == 1:
         return next(iter(where))
     return "; ".join(f"{budget} ({', '.join(names)})" for budget, names in where.items())
