@@ -109,6 +109,17 @@ def test_ties_are_pessimistic():
     assert rank_of_target(scores, torch.tensor([1, 4])).tolist() == [4, 4]
 
 
+def test_nan_scores_are_pessimistic():
+    """A NaN never helps the target: a NaN competitor beats it, a NaN target is beaten by everything."""
+    nan, inf = float("nan"), float("inf")
+    scores = torch.tensor([[-inf, 0.1, nan, 0.3],     # the target (col 2) is NaN
+                           [-inf, nan, 0.5, nan],     # two NaN competitors
+                           [-inf, 0.2, 0.9, 0.4]])    # no NaN: the plain rank
+    excluded = torch.tensor([[True, False, False, False]]).expand(3, -1)
+    assert rank_of_target(scores, torch.tensor([2, 2, 2]), excluded).tolist() == [2, 2, 0]
+    assert rank_of_target(scores, torch.tensor([2, 2, 2])).tolist() == [3, 2, 0]
+
+
 # ---------------------------------------------------------------------------------------- evaluator
 @pytest.mark.parametrize("protocol", ["full", "full-nohist", "sampled100"])
 @pytest.mark.parametrize("stage", ["valid", "test"])

@@ -3,6 +3,8 @@
 ``rank`` = number of competing candidates whose score is **greater than or equal to** the target's
 score. Ties are therefore counted against the target (pessimistic): a model that gives every item
 the same score gets the worst rank, not a lucky one. With continuous scores ties almost never occur.
+A NaN score is pessimistic too: a NaN candidate beats the target, and a NaN target is beaten by
+every candidate, so a model that breaks down numerically can never be selected for it.
 
 * ``HR@K   = 1[rank < K]``
 * ``NDCG@K = 1[rank < K] / log2(rank + 2)`` (one relevant item, so the ideal DCG is 1)
@@ -28,7 +30,7 @@ def rank_of_target(scores: torch.Tensor, target_index: torch.Tensor, excluded: t
         ``(B,)`` long ranks.
     """
     target_score = scores.gather(1, target_index[:, None])
-    competes = scores >= target_score
+    competes = torch.lt(scores, target_score).logical_not_()   # ">=", except that NaN on either side competes
     competes.scatter_(1, target_index[:, None], False)
     if excluded is not None:
         competes &= ~excluded
