@@ -1,6 +1,8 @@
 """The trainer on tiny synthetic data: learning, early stopping, checkpoint/resume, budgets, precisions, losses."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -155,6 +157,59 @@ def test_checkpoint_resume_equals_straight_training(tiny_split, tmp_path, monkey
     a, b = straight_model.state_dict(), resumed_model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert load_checkpoint(ckpt)["epoch"] == 4
+
+
+def test_resuming_a_run_whose_time_budget_is_spent_trains_no_further_epoch(tiny_split, tmp_path):
+    """The budget counts over resumed sessions: rerunning a finished run changes nothing; a larger one continues."""
+    ckpt = tmp_path / "budget.pt"
+    first_model = make_model(tiny_split)
+    first = Trainer(first_model, tiny_split, config(epochs=5, time_budget=0.0, checkpoint=str(ckpt))).fit()
+    assert first.epochs_run == 1 and first.stop_reason == "time-budget"
+
+    again_model = make_model(tiny_split, seed=7)          # other weights: they must come from the checkpoint
+    again = Trainer(again_model, tiny_split, config(epochs=5, time_budget=0.0, checkpoint=str(ckpt))).fit()
+    assert again.epochs_run == 1 and again.stop_reason == "time-budget" and again.best_epoch == 1
+    a, b = first_model.state_dict(), again_model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert load_checkpoint(ckpt)["epoch"] == 1
+
+    longer = Trainer(make_model(tiny_split), tiny_split, config(epochs=3, time_budget=1e9, checkpoint=str(ckpt))).fit()
+    assert longer.epochs_run == 3 and longer.stop_reason == "epochs"
+
+
+def test_checkpoint_keeps_the_loss_scale(tiny_split, tmp_path):
+    """An fp16 run's loss scale survives a resume (a CPU GradScaler stands in for CUDA's here)."""
+    def trainer(epochs):
+        t = Trainer(make_model(tiny_split), tiny_split, config(epochs=epochs, checkpoint=str(tmp_path / "s.pt")))
+        t.scaler = torch.amp.GradScaler("cpu", init_scale=2.0, growth_interval=1)   # doubles after every step
+        return t
+
+    first = trainer(1)
+    first.fit()
+    steps = math.ceil(len(tiny_split.train) / 32)
+    assert first.scaler.get_scale() == 2.0 * 2 ** steps
+    state = load_checkpoint(tmp_path / "s.pt")
+    assert state["scaler"]["scale"] == 2.0 * 2 ** steps and state["device_rng"] is None   # CPU: no device generator
+    resumed = trainer(2)
+    resumed.fit()
+    assert resumed.scaler.get_scale() == 2.0 * 2 ** (2 * steps)
+
+
+def test_device_generator_state_is_saved_and_restored(monkeypatch):
+    """CUDA's generator (dropout masks drawn on the GPU) goes through the checkpoint; simulated without a GPU."""
+    from tutorial_lib.utils.seeding import device_rng_state, set_device_rng_state
+    saved = {}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: torch.tensor([7, 8], dtype=torch.uint8))
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: saved.update(state=state, device=device))
+    cuda = torch.device("cuda")
+    state = device_rng_state(cuda)
+    assert state.tolist() == [7, 8] and device_rng_state(torch.device("cpu")) is None
+    set_device_rng_state(cuda, state)
+    assert saved["state"].tolist() == [7, 8] and saved["device"] == cuda
+    saved.clear()
+    set_device_rng_state(cuda, None)                  # a checkpoint written on the CPU
+    set_device_rng_state(torch.device("cpu"), state)  # a GPU checkpoint resumed on the CPU
+    assert saved == {}
 
 
 def test_time_budget_stops(tiny_split):

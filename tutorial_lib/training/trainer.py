@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..models.backbone import user_inputs
 from ..utils.device import resolve_device
+from ..utils.seeding import device_rng_state, set_device_rng_state
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, full_ce_loss, sampled_softmax_loss
 from .negatives import NegativeSampler
@@ -301,6 +302,8 @@ class Trainer:
         return {
             "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
+            "device_rng": device_rng_state(self.device),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "best": best, "history": history, "train_seconds": train_seconds,
             "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
         }
@@ -315,6 +318,9 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
+        set_device_rng_state(self.device, state.get("device_rng"))   # absent from checkpoints before 2026-11-26
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])   # the fp16 loss scale, or it restarts at 2**16
         if self.config.show_log:
             tqdm.write(f"resuming from {ckpt} after epoch {state['epoch']}")
         return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"]
@@ -324,7 +330,9 @@ class Trainer:
         cfg = self.config
         start, best, history, train_seconds = self._resume()
         reason = "patience" if best["bad"] >= cfg.patience else "epochs"
-        stopped_early = reason == "patience"
+        if reason == "epochs" and history and cfg.time_budget is not None and train_seconds >= cfg.time_budget:
+            reason = "time-budget"   # resumed after the budget was spent: finished, train no further epoch
+        stopped_early = reason != "epochs"
         for epoch in range(start, cfg.epochs + 1):
             if stopped_early:
                 break
