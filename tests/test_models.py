@@ -123,6 +123,30 @@ def test_trimmed_equals_padded(name):
 
 
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_mixed_precision_keeps_the_outputs_finite(name, dtype):
+    """Under autocast (the trainer's ``precision``; CPU autocast stands in for CUDA's), a left-padded batch
+    gives finite outputs in training mode. fp16 used to underflow the normaliser of the padding rows of
+    the position-only attentions (0/0), and the NaN reached the valid rows through the next block."""
+    model = make(name).train()
+    ids = batch(padded=True)
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(ids)
+    assert torch.isfinite(out[ids.ne(0)]).all()
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n.startswith("rksa")])
+def test_rksa_correlation_survives_bf16_when_the_window_is_longer_than_the_width(name):
+    """With L > d the item and user Gram matrices are rank-deficient; built in bf16, ψ lost its positive
+    definiteness and the sampler's Cholesky factorisation failed (ML-1M: L = 200, d = 64)."""
+    for seed in range(3):
+        model = make(name, seed=seed, d_model=8).train()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(batch(seed, padded=True))           # MAX_LEN = 12 > d = 8
+        assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_padding_content_does_not_leak(name):
     """Garbage written into the padding positions (embedding row 0 and every block's input) changes no
     valid output."""

@@ -116,17 +116,30 @@ def apply_shared_pattern(logits: torch.Tensor, v: torch.Tensor, valid: torch.Ten
         v: ``(B, H, L, dh)`` values.
         valid: ``(B, L)`` bool, real items.
     Returns:
-        ``(B, H, L, dh)``; a query with no visible real key (padding) gets 0.
+        ``(B, H, L, dh)`` in ``v``'s dtype; a query with no visible real key (padding) gets 0. Computed in
+        float32 whatever the autocast precision (:func:`float32_region`).
     """
     L = logits.shape[-1]
-    if causal:
-        future = torch.ones(L, L, dtype=torch.bool, device=logits.device).triu(1)
-        logits = logits.masked_fill(future, float("-inf"))
-    e = torch.exp(logits - logits.amax(dim=-1, keepdim=True))          # (H, L, L), shared by the batch
-    keep = valid.to(v.dtype)
-    numerator = torch.einsum("hij,bhjd->bhid", e, v * keep[:, None, :, None])
-    denominator = torch.einsum("hij,bj->bhi", e, keep)
-    return numerator / denominator.clamp_min(1e-30)[..., None]
+    with float32_region(v):
+        logits, v32 = logits.float(), v.float()
+        if causal:
+            future = torch.ones(L, L, dtype=torch.bool, device=logits.device).triu(1)
+            logits = logits.masked_fill(future, float("-inf"))
+        e = torch.exp(logits - logits.amax(dim=-1, keepdim=True))          # (H, L, L), shared by the batch
+        keep = valid.float()
+        numerator = torch.einsum("hij,bhjd->bhid", e, v32 * keep[:, None, :, None])
+        denominator = torch.einsum("hij,bj->bhi", e, keep)
+        out = numerator / denominator.clamp_min(1e-30)[..., None]
+    return out.to(v.dtype)
+
+
+def float32_region(t: torch.Tensor) -> torch.autocast:
+    """A context in which autocast is off, for the numerically delicate parts of an attention layer
+    (exponentials shifted by a maximum over the window, their normalisers, a Cholesky factorisation).
+    Under mixed precision fp16 underflows them (a 1e-30 floor rounds to 0, so a padding row becomes
+    0/0 = NaN) and bf16's 8-bit mantissa breaks a Gram matrix's positive definiteness. Inside, cast the
+    inputs with ``.float()``; ``t`` only names the device type."""
+    return torch.autocast(t.device.type, enabled=False)
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, merge_heads, split_heads
+from .base import Attention, SequenceContext, float32_region, merge_heads, split_heads
 
 KERNELS = "ciu"
 JITTER = 1e-3
@@ -246,28 +246,34 @@ class KernelizedAttention(Attention):
 
     def correlation(self, x: torch.Tensor, ctx: SequenceContext, stats: dict[str, torch.Tensor]
                     ) -> torch.Tensor:
-        """``(B, L, L)`` correlation ``ψ`` (valid, positive definite)."""
-        B, L, _ = x.shape
+        """``(B, L, L)`` float32 correlation ``ψ`` (valid, positive definite).
+
+        Built in float32 under any autocast precision (:func:`~tutorial_lib.attention.base.float32_region`):
+        the item and user Gram matrices have rank at most ``d`` < ``L``, and bf16's rounding (~4e-3) is
+        larger than the jitter that keeps ψ positive definite, so its Cholesky factorisation would fail.
+        """
         user = ctx.user                                                               # (B, d) or None
         if self.uses_user and user is None:
             raise ConfigError("this RKSA variant needs the user embedding u: build the model with n_users and "
                               "call it with users=<(B,) user indices>")
-        xn = F.normalize(x, dim=-1)
-        parts = []
-        if "c" in self.kernels:
-            parts.append(("c", stats["counting"]))
-        if "i" in self.kernels:
-            gram = xn @ xn.transpose(1, 2)
-            parts.append(("i", gram if self.item_kernel == "linear" else torch.exp(-(2.0 - 2.0 * gram).clamp_min(0))))
-        if "u" in self.kernels:
-            g = F.normalize(self.user_gate(user)[:, None, :] * xn, dim=-1)
-            parts.append(("u", g @ g.transpose(1, 2)))
-        if self.kernel_mix is None:
-            psi = parts[0][1]
-        else:
-            r = torch.softmax(self.kernel_mix(user), dim=-1)                         # (B, n_kernels)
-            psi = sum(r[:, i, None, None] * k for i, (_, k) in enumerate(parts))
-        return valid_correlation(psi, ctx.valid_mask)
+        with float32_region(x):
+            xn = F.normalize(x.float(), dim=-1)
+            user = user.float() if user is not None else None
+            parts = []
+            if "c" in self.kernels:
+                parts.append(("c", stats["counting"].float()))
+            if "i" in self.kernels:
+                gram = xn @ xn.transpose(1, 2)
+                parts.append(("i", gram if self.item_kernel == "linear" else torch.exp(-(2.0 - 2.0 * gram).clamp_min(0))))
+            if "u" in self.kernels:
+                g = F.normalize(self.user_gate(user)[:, None, :] * xn, dim=-1)
+                parts.append(("u", g @ g.transpose(1, 2)))
+            if self.kernel_mix is None:
+                psi = parts[0][1]
+            else:
+                r = torch.softmax(self.kernel_mix(user), dim=-1)                         # (B, n_kernels)
+                psi = sum(r[:, i, None, None] * k for i, (_, k) in enumerate(parts))
+            return valid_correlation(psi, ctx.valid_mask)
 
     @property
     def uses_user(self) -> bool:

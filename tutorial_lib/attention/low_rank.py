@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, apply_shared_pattern, merge_heads, split_heads
+from .base import Attention, SequenceContext, apply_shared_pattern, float32_region, merge_heads, split_heads
 
 #: logits are soft-capped to this magnitude before any exponential (see the module docstring)
 LOGIT_CAP = 30.0
@@ -248,12 +248,14 @@ class LowRankAttention(Attention):
             agg_v = None
         else:
             valid = ctx.valid_mask
-            item, item_weights = chunked_low_rank_attention(
-                q, k, v, soft_cap(k @ self.theta_k.t()), soft_cap(v @ self.theta_v.t()), valid, H, self.chunk,
-                self.dropout)
-            agg_v = None
-            if ctx.need_weights:  # the (B, L, L, k) aggregation weights, for the effective item-to-item map
-                _, agg_v = causal_interest_aggregation(v, soft_cap(v @ self.theta_v.t()), valid, True)
+            with float32_region(x):   # shifted exponentials and prefix normalisers: fp16 overflows them
+                q, k, v = q.float(), k.float(), v.float()
+                item, item_weights = chunked_low_rank_attention(
+                    q, k, v, soft_cap(k @ self.theta_k.t()), soft_cap(v @ self.theta_v.t()), valid, H, self.chunk,
+                    self.dropout)
+                agg_v = None
+                if ctx.need_weights:  # the (B, L, L, k) aggregation weights, for the effective item-to-item map
+                    _, agg_v = causal_interest_aggregation(v, soft_cap(v @ self.theta_v.t()), valid, True)
         self.last_interest_weights = item_weights.detach() if ctx.need_weights else None
         out = item
         if self.position is not None:
