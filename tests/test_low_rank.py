@@ -164,6 +164,24 @@ def test_compat_model_trains_on_prefixes():
     assert build_model("lightsans", 30, 8, d_model=16).objective == "next"
 
 
+@pytest.mark.parametrize("name", ["lightsans", "lightsans-ape"])
+def test_compat_scores_do_not_depend_on_the_width_of_the_batch(name):
+    """The released softmax runs over the padded window, so the model pads every input to max_len (as RecBole
+    does); a batch trimmed to its longest sequence (evaluation, prefix batches) then scores a user the same."""
+    torch.manual_seed(0)
+    model = build_model(name, 30, 12, d_model=16, compat=True).eval()
+    ids = torch.randint(1, 31, (3, 8), generator=torch.Generator().manual_seed(1))
+    ids[1, :5] = 0
+    full = torch.zeros(3, 12, dtype=torch.long)
+    full[:, -8:] = ids
+    with torch.no_grad():
+        narrow, wide, alone = model.score_next(ids), model.score_next(full), model.score_next(ids[1:2, 5:])
+        hidden = model(ids)
+    torch.testing.assert_close(narrow, wide, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(alone[0], narrow[1], atol=1e-5, rtol=1e-5)
+    assert hidden.shape == (3, 8, 16)
+
+
 def test_prefix_samples_cover_every_prefix_once():
     train = [np.array([5, 6, 7, 8]), np.array([9]), np.array([1, 2])]
     samples = PrefixSamples.from_train(train, max_len=2)

@@ -231,6 +231,11 @@ class LocalAttention(Attention):
         ``(B, L, L, hidden)`` hidden layer is then formed block by block and never stored
         (:func:`~tutorial_lib.attention.pairwise_bias.pairwise_mlp_bias`). On the causal backbone the
         future entries (masked afterwards anyway) are not computed.
+
+        With ``compat`` (the released code's *linear* predictor) the bias is a sum of a row term
+        (``V_i``, the user vector, the predictor's bias), a column term and a distance term, and the
+        row's softmax cancels the row term: the user projection and the predictor's bias then get
+        (numerically) zero gradient and the released encoder is not user-adaptive. Reproduced as released.
         """
         B, ml, L, dh = v.shape
         x0 = ctx.extras.get("input_embeddings")

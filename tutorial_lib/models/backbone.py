@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..attention.base import Attention, SequenceContext
@@ -126,20 +127,26 @@ class SequentialRecommender(nn.Module):
             the items it has just read).
         n_users: when given, a user embedding table ``(n_users, d)`` whose rows reach the attention
             layers as ``ctx.user`` (``forward(..., users=...)`` must then be called with user indices).
+        full_width: left-pad every input to ``max_len`` before encoding and return the positions of the
+            given width. For attention whose output depends on the number of padding columns (LightSANs'
+            released code normalises over the whole padded window, as RecBole always pads to
+            ``MAX_ITEM_LIST_LENGTH``): without it a user's scores would depend on the width of the batch,
+            which the evaluator and the prefix batches trim to their longest sequence.
     """
 
     def __init__(self, n_items: int, max_len: int, d_model: int, n_layers: int,
                  attention_factory: Callable[[int], Attention], dropout: float = 0.2,
                  ffn_dim: int | None = None, layout: str = "paper", positions: str = "absolute",
                  embedding_scale: bool = True, objective: str = "next", causal: bool | None = None,
-                 ffn_placement: str = "block", n_users: int | None = None, tie_embeddings: bool = True):
+                 ffn_placement: str = "block", n_users: int | None = None, tie_embeddings: bool = True,
+                 full_width: bool = False):
         super().__init__()
         causal = objective == "next" if causal is None else causal
         check_backbone_config(n_items=n_items, max_len=max_len, d_model=d_model, n_layers=n_layers,
                               dropout=dropout, layout=layout, positions=positions, ffn_placement=ffn_placement,
                               objective=objective, causal=causal)
         self.n_items, self.max_len, self.d_model = n_items, max_len, d_model
-        self.objective, self.causal = objective, causal
+        self.objective, self.causal, self.full_width = objective, causal, full_width
         self.layout, self.positions, self.ffn_placement = layout, positions, ffn_placement
         self.mask_id = n_items + 1 if objective == "cloze" else None
         self.embedding_scale = math.sqrt(d_model) if embedding_scale else 1.0
@@ -164,8 +171,13 @@ class SequentialRecommender(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Glorot-uniform for every matrix (as SASRec's TF code), zero biases, padding row zero; then each
-        attention module may re-initialise its own parameters (``reset_parameters`` of the family)."""
+        """Glorot-uniform for every matrix as stored, zero biases, padding row zero; then each attention
+        module may re-initialise its own parameters (``reset_parameters`` of the family).
+
+        SASRec's TF code initialises each ``(d, d)`` projection Glorot-uniform (bound ``sqrt(3/d)``). A fused
+        ``(3d, d)`` Q/K/V projection (``in_proj`` of SASRec, LightSANs, Locker and RKSA) gets the bound
+        ``sqrt(6/4d)``: its Q, K and V start ``1/sqrt(2)`` narrower than the TF code's. Every committed run
+        used this initialisation, so it is kept and documented rather than changed."""
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 nn.init.xavier_uniform_(p)
@@ -221,6 +233,10 @@ class SequentialRecommender(nn.Module):
     def encode(self, item_ids: torch.Tensor, need_weights: bool = False, users: torch.Tensor | None = None,
                **extras) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """``(B, L)`` ids -> hidden states ``(B, L, d)`` and, per block, its attention weights."""
+        width = item_ids.shape[1]
+        if self.full_width and width < self.max_len:
+            hidden, weights = self.encode(F.pad(item_ids, (self.max_len - width, 0)), need_weights, users, **extras)
+            return hidden[:, -width:], [None if w is None else w[..., -width:, -width:] for w in weights]
         ctx = self.make_context(item_ids, need_weights=need_weights, users=users, **extras)
         x = self.embed(item_ids)
         ctx.extras.setdefault("input_embeddings", x)

@@ -6,7 +6,8 @@
 
 ``compat=True`` switches to the released code's attention (docs/methods.md §3.2: unmasked, non-causal
 aggregation, softmax over the sequence axis, its scales and initialisation) and to its training on
-prefix samples (``objective="last"``). The rest of the released model (post-LN blocks, GELU, an inner
+prefix samples (``objective="last"``), every input left-padded to ``max_len`` as RecBole pads it (its
+unmasked softmax counts the padding columns, so a narrower batch would change a user's scores). The rest of the released model (post-LN blocks, GELU, an inner
 FFN width of 256, a LayerNorm on the input embeddings) is not reproduced: the blocks stay this course's.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ def _build(n_items: int, max_len: int, decoupled: bool, d_model: int, n_layers: 
         n_items, max_len, d_model, n_layers,
         attention_factory=lambda i: LowRankAttention(d_model, n_heads, k_interests, attn_dropout, table, compat),
         dropout=dropout, ffn_dim=ffn_dim, positions="none" if decoupled else "absolute",
-        objective="last" if compat else "next",
+        objective="last" if compat else "next", full_width=compat,
     )
     return model
 
