@@ -7,8 +7,9 @@
 ``compat=True`` switches to the released code's attention (docs/methods.md §3.2: unmasked, non-causal
 aggregation, softmax over the sequence axis, its scales and initialisation) and to its training on
 prefix samples (``objective="last"``), every input left-padded to ``max_len`` as RecBole pads it (its
-unmasked softmax counts the padding columns, so a narrower batch would change a user's scores). The rest of the released model (post-LN blocks, GELU, an inner
-FFN width of 256, a LayerNorm on the input embeddings) is not reproduced: the blocks stay this course's.
+unmasked softmax counts the padding columns, so a narrower batch would change a user's scores). The
+rest of the released model (post-LN blocks, GELU, an inner FFN width of 256, a LayerNorm on the input
+embeddings) is not reproduced: the blocks stay this course's.
 """
 from __future__ import annotations
 
