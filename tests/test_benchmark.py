@@ -108,6 +108,26 @@ def test_extra_protocols_rank_the_same_model_and_count_as_done(tmp_path, small_s
     assert nohist.run_id() != specs[0].run_id()                       # a run selected on nohist is another run
 
 
+def test_a_crash_while_recording_a_run_leaves_it_unfinished_and_the_rerun_records_it_whole(tmp_path, small_synthetic,
+                                                                                          monkeypatch):
+    """The rows mark a run done, so they are written last and together: a crash while writing them must not
+    leave one protocol's row (which would count as done) without the others, the curve or the model."""
+    specs = bm.plan([("sasrec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY, also_protocols=("full-nohist",)))
+    results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
+
+    def crash(rows, path):
+        raise KeyboardInterrupt("interrupted while writing the rows")
+
+    with monkeypatch.context() as patch, pytest.raises(KeyboardInterrupt):
+        patch.setattr(bm, "append_runs", crash)
+        bm.run_benchmark(specs, "x", results=results, checkpoints=ckpts, log=lambda m: None)
+    assert read_runs(results) == [] and [st.state for st in bm.status(specs, results, ckpts)] == ["partial"]
+    final = bm.run_benchmark(specs, "x", results=results, checkpoints=ckpts, log=lambda m: None)
+    assert final[0].state == "done"
+    assert [r["protocol"] for r in read_runs(results)] == ["full", "full-nohist"]
+    assert not list(ckpts.glob("*.pt")) and (tmp_path / "models" / f"{specs[0].tag()}_{specs[0].run_id()}.pt").exists()
+
+
 def test_new_training_options_keep_the_ids_of_earlier_runs():
     """Options added later (``lr_decay``) enter the run id only when set: the rows and checkpoints of runs made
     before them (this id is a long ML-1M SASRec run's) stay finished or resumable."""

@@ -183,7 +183,7 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
-    from .experiments.results import (append_run, curve_path, default_results_path, process_commit, project_root,
+    from .experiments.results import (append_runs, curve_path, default_results_path, process_commit, project_root,
                                       write_curve)
     from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
 
@@ -221,10 +221,10 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     if not args.no_results:
         command = "python -m tutorial_lib " + shlex.join(argv)
         rows = result.rows(command)
-        for row in rows:
-            path = append_run(row, args.results or default_results_path())
+        path = Path(args.results or default_results_path())
         curve = curve_path(path, spec.tag(), spec.run_id())
         write_curve(tr.history, curve)
+        append_runs(rows, path)   # last and in one write, as the benchmark runner does
         print(f"appended {len(rows)} row(s) to {path}; training curve in {curve}")
     return 0
 

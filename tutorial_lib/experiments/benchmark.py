@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..models.registry import get_model_entry
-from .results import append_run, curve_path, default_results_path, project_root, read_runs, write_curve
+from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
 from .run import ExperimentSpec, run_experiment
 
 #: (model, loss) pairs of the complete benchmark (issue: SASRec with BCE and CE, LightSANs, LightSANs-ape,
@@ -248,10 +248,11 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
             if not result.train.finished:
                 log(f"paused after epoch {result.train.epochs_run} (time budget); checkpoint {st.checkpoint}")
                 break
-            for row in result.rows(command):
-                append_run(row, results)
+            # the rows mark the run done, so they go last, all in one write: a crash before them resumes
+            # from the checkpoint (already trained, so straight to evaluation) and rewrites curve and model
             write_curve(result.train.history, curve_path(results, spec.tag(), spec.run_id()))
             result.save_model(models_folder(checkpoints))
+            append_runs(result.rows(command), results)
             Path(st.checkpoint).unlink(missing_ok=True)
         finally:
             lock.unlink(missing_ok=True)

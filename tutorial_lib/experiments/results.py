@@ -11,6 +11,7 @@ import os
 import platform
 import shlex
 import subprocess
+from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -141,8 +142,14 @@ def append_run(row: dict, path: str | Path | None = None) -> Path:
 
     Missing columns are left empty; unknown keys raise ``KeyError`` (a typo must not vanish).
     """
+    return append_runs([row], path)
+
+
+def append_runs(rows: Sequence[dict], path: str | Path | None = None) -> Path:
+    """Append the rows of one run (one per protocol) in a single atomic write: a crash leaves all of them
+    or none, so a run whose first row is in the file is never missing the others. Returns the path."""
     path = Path(path) if path is not None else default_results_path()
-    unknown = set(row) - set(RUN_COLUMNS)
+    unknown = set().union(*(set(row) for row in rows)) - set(RUN_COLUMNS)
     if unknown:
         raise KeyError(f"unknown results columns: {sorted(unknown)}")
     with _locked(path):
@@ -153,7 +160,8 @@ def append_run(row: dict, path: str | Path | None = None) -> Path:
         writer = csv.DictWriter(buf, fieldnames=RUN_COLUMNS, lineterminator="\n")
         if not existing:
             writer.writeheader()
-        writer.writerow({k: _fmt(row.get(k, "")) for k in RUN_COLUMNS})
+        for row in rows:
+            writer.writerow({k: _fmt(row.get(k, "")) for k in RUN_COLUMNS})
         if existing and not existing.endswith("\n"):
             existing += "\n"
         atomic_write_text(path, existing + buf.getvalue())
