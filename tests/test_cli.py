@@ -137,3 +137,33 @@ def test_argparse_rejects_unknown_loss(capsys):
         main(["train", "--loss", "hinge"])
     assert exc.value.code == 2
     assert "hinge" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--option", "dropuot=0.3"], "dropuot"),                      # a typo must not run every model at its defaults
+    (["--seeds", "1", "1"], "more than once"),
+    (["--epochs", "-3"], "epochs must be >= 1"),
+    (["--batch-size", "0"], "batch_size must be >= 1"),
+    (["--models", "sasrec@foo"], "foo"),
+])
+def test_benchmark_rejects_bad_plans_before_running_anything(tmp_path, capsys, argv, message):
+    base = {"--models": ["sasrec", "fparec"], "--seeds": ["0"]}
+    for flag, values in zip(argv[::2], argv[1::2]):
+        base.pop(flag, None)
+    args = ["benchmark", "--datasets", "synthetic", "--dry-run", "--results", str(tmp_path / "r.csv"), *argv]
+    for flag, values in base.items():
+        args += [flag, *values]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_an_interrupted_benchmark_is_told_how_to_continue(monkeypatch, capsys):
+    def interrupted(args, argv):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tutorial_lib.cli.cmd_benchmark", interrupted)
+    assert main(["benchmark", "--models", "sasrec", "--datasets", "synthetic"]) == 130
+    err = capsys.readouterr().err
+    assert "rerun the same command" in err and "--resume" not in err     # benchmark has no --resume flag

@@ -281,4 +281,6 @@ def test_bad_config():
         TrainConfig(lr_decay=3, lr_decay_factor=1.0)
     with pytest.raises(ConfigError, match="window_sampling"):
         TrainConfig(window_sampling="oldest")
+    with pytest.raises(ConfigError, match="time_budget"):
+        TrainConfig(time_budget=-5)
     assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1

@@ -190,7 +190,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     process_commit()  # pinned before training starts
 
     options = _model_options(args)
-    epochs = args.epochs if args.epochs is not None else (30 if args.dataset == SYNTHETIC else 200)
+    epochs = args.epochs if args.epochs is not None else (30 if args.dataset.lower() == SYNTHETIC else 200)
     spec = ExperimentSpec(
         model=args.model.lower(), dataset=args.dataset.lower(), loss=args.loss, protocol=args.protocol,
         also_protocols=tuple(args.also_protocols),
@@ -229,6 +229,16 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
+#: what to do after Ctrl-C, per command (only ``train`` has a --resume flag)
+RESUME_HINTS = {
+    "train": "rerun the same command with --resume to continue from the last epoch",
+    "benchmark": "rerun the same command to continue: finished runs are kept, the interrupted one resumes from "
+                 "its checkpoint",
+    "datasets": "rerun the same command: a partial download resumes where it stopped",
+    "models": "nothing was changed",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -244,6 +254,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("\ninterrupted; rerun the same command with --resume to continue from the last epoch",
-              file=sys.stderr)
+        print(f"\ninterrupted; {RESUME_HINTS[args.command]}", file=sys.stderr)
         return 130

@@ -81,6 +81,15 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
     """
     base = base or ExperimentSpec()
     one_loss = len({loss for _, loss in models}) == 1
+    repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"seed(s) {repeated} listed more than once; give each seed once")
+    known = set().union(*(get_model_entry(m).options() for m, _ in models))
+    unknown = sorted(set(base.model_options) - known)
+    if unknown:
+        raise ConfigError(f"option(s) {unknown} belong to none of the models {sorted({m for m, _ in models})}; "
+                          f"their options are: {', '.join(sorted(known))} (`python -m tutorial_lib models` lists "
+                          f"each model's)")
 
     def options(model: str) -> dict:
         valid = get_model_entry(model).options()
@@ -89,8 +98,11 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
     def negatives(loss: str) -> int | None:
         return base.n_negatives if one_loss or loss == base.loss else None
 
-    return [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m), n_negatives=negatives(loss))
-            for d in datasets for m, loss in models for s in seeds]
+    specs = [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m), n_negatives=negatives(loss))
+             for d in datasets for m, loss in models for s in seeds]
+    for spec in specs:
+        spec.train_config()   # impossible settings fail now, not hours later when their run comes up
+    return specs
 
 
 @dataclass

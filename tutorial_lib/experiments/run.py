@@ -95,6 +95,17 @@ class ExperimentSpec:
                 **({"lr_decay": self.lr_decay} if self.lr_decay is not None else {}),
                 **({"windows": self.window_sampling} if self.window_sampling != "recent" else {})}
 
+    def train_config(self) -> TrainConfig:
+        """The trainer's settings for this run (validated: impossible values raise :class:`ConfigError`)."""
+        return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, loss=self.loss,
+                           n_negatives=self.n_negatives, eval_every=self.eval_every, patience=self.patience,
+                           lr_decay=self.lr_decay,
+                           seed=self.seed, device=self.device, precision=self.precision, bucketing=self.bucketing,
+                           weighting=self.weighting, window_sampling=self.window_sampling,
+                           mask_prob=self.resolved_mask_prob(),
+                           checkpoint=self.checkpoint, time_budget=self.time_budget, deadline=self.deadline,
+                           progress=self.progress, verbose=self.verbose)
+
     def run_id(self) -> str:
         """12 hex digits identifying everything that determines the result (not the device or file paths):
         a run with the same id and a row in ``results/runs.csv`` is finished and never repeated."""
@@ -198,15 +209,7 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     # run, whatever its seed, is ranked against the same candidates, so seeds measure training noise only
     protocol = EvalProtocol(spec.protocol, max_users=spec.eval_users, seed=EVAL_SEED)
     evaluator = Evaluator(split, max_len, protocol)
-    config = TrainConfig(epochs=spec.epochs, batch_size=spec.batch_size, lr=spec.lr, loss=spec.loss,
-                         n_negatives=spec.n_negatives, eval_every=spec.eval_every, patience=spec.patience,
-                         lr_decay=spec.lr_decay,
-                         seed=spec.seed, device=spec.device, precision=spec.precision, bucketing=spec.bucketing,
-                         weighting=spec.weighting, window_sampling=spec.window_sampling,
-                         mask_prob=spec.resolved_mask_prob(),
-                         checkpoint=spec.checkpoint, time_budget=spec.time_budget, deadline=spec.deadline,
-                         progress=spec.progress, verbose=spec.verbose)
-    trainer = Trainer(model, split, config, evaluator)
+    trainer = Trainer(model, split, spec.train_config(), evaluator)
     result = trainer.fit()
     valid = result.best_valid or evaluator.evaluate(trainer.model, "valid")
     test = evaluator.evaluate(trainer.model, "test") if result.finished else {}
