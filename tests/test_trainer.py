@@ -177,6 +177,18 @@ def test_resuming_a_run_whose_time_budget_is_spent_trains_no_further_epoch(tiny_
     assert longer.epochs_run == 3 and longer.stop_reason == "epochs"
 
 
+def test_a_checkpoint_of_other_settings_or_another_model_is_refused(tiny_split, tmp_path):
+    """Resuming would continue another run under this run's name (Adam's state even keeps the old rate)."""
+    ckpt = str(tmp_path / "run.pt")
+    Trainer(make_model(tiny_split), tiny_split, config(epochs=1, checkpoint=ckpt)).fit()
+    with pytest.raises(ConfigError, match=r"lr 0\.01 -> 0\.0005"):
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=2, lr=5e-4, checkpoint=ckpt)).fit()
+    with pytest.raises(ConfigError, match="another model"):
+        Trainer(make_model(tiny_split, d_model=8), tiny_split, config(epochs=2, checkpoint=ckpt)).fit()
+    longer = Trainer(make_model(tiny_split), tiny_split, config(epochs=2, patience=3, checkpoint=ckpt)).fit()
+    assert longer.epochs_run == 2                        # training longer is a resume, not another run
+
+
 def test_checkpoint_keeps_the_loss_scale(tiny_split, tmp_path):
     """An fp16 run's loss scale survives a resume (a CPU GradScaler stands in for CUDA's here)."""
     def trainer(epochs):

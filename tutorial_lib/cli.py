@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--data-dir", default=None)
     tr.add_argument("--download", action="store_true", help="download the dataset if it is missing")
     tr.add_argument("--checkpoint", default=None,
-                    help="checkpoint file (default runs/<tag>.pt); saved after every epoch")
+                    help="checkpoint file (default runs/<tag>_<run id>.pt: other settings, another file); "
+                         "saved after every epoch")
     tr.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
     tr.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
     tr.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
@@ -201,7 +202,8 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         time_budget=args.time_budget, model_options=options,
         data_dir=args.data_dir, download=args.download, progress=False if args.quiet else None,
     )
-    checkpoint = Path(args.checkpoint) if args.checkpoint else project_root() / "runs" / f"{spec.tag()}.pt"
+    checkpoint = (Path(args.checkpoint) if args.checkpoint
+                  else project_root() / "runs" / f"{spec.tag()}_{spec.run_id()}.pt")
     if checkpoint.exists() and not args.resume:
         checkpoint.unlink()  # a fresh run; --resume keeps it
     spec.checkpoint = str(checkpoint)

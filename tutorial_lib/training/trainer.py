@@ -316,6 +316,7 @@ class Trainer:
         if ckpt is None or not ckpt.exists():
             return 1, fresh, [], 0.0
         state = load_checkpoint(ckpt)
+        self._check_resumable(ckpt, state)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
@@ -326,6 +327,28 @@ class Trainer:
         if self.config.show_log:
             tqdm.write(f"resuming from {ckpt} after epoch {state['epoch']}")
         return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"]
+
+    #: settings a resumed run may change: how long it trains and how it reports, not what one step does
+    RESUMABLE_CHANGES = ("epochs", "patience", "eval_every", "time_budget", "deadline", "checkpoint", "device",
+                         "progress", "verbose", "ce_chunk")
+
+    def _check_resumable(self, path: Path, state: dict) -> None:
+        """Refuse a checkpoint written with other training settings or for another model: resuming it would
+        continue a different run (an Adam state carries its own learning rate) under this run's name."""
+        saved = state.get("config", {})
+        now = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
+        changed = {k: (saved[k], now[k]) for k in saved.keys() & now.keys()
+                   if k not in self.RESUMABLE_CHANGES and saved[k] != now[k]}
+        if changed:
+            listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
+            raise ConfigError(f"checkpoint {path} was written with other training settings ({listed}); resume "
+                              f"with the same settings, or start afresh (another checkpoint file, or no --resume)")
+        mine = self.model.state_dict()
+        theirs = state["model"]
+        if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape for k in mine):
+            raise ConfigError(f"checkpoint {path} holds another model (its parameters differ in name or shape from "
+                              f"this {type(self.model).__name__}'s); resume with the model options it was "
+                              f"trained with, or start afresh")
 
     def fit(self) -> TrainResult:
         """Train until ``epochs``, early stopping or the time budget; restore the best weights."""
