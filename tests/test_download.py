@@ -276,6 +276,23 @@ def test_archive_member_checksum_mismatch(tmp_path, monkeypatch):
         ensure_dataset("zipped", root=tmp_path / "data", download=True)
     folder = tmp_path / "data" / "zipped"
     assert not (folder / "u.data").exists() and not (folder / "u.data.part").exists()
+    assert not (folder / "bundle.zip").exists()      # the bad archive is not kept: a rerun fetches it afresh
+
+
+def test_a_bad_archive_member_falls_back_to_the_mirror(tmp_path, monkeypatch):
+    archive, mirror = tmp_path / "pub" / "bundle.zip", tmp_path / "mirror" / "u.data"
+    archive.parent.mkdir()
+    mirror.parent.mkdir()
+    good = b"1\t1\t5\t10\n"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("bundle/u.data", "9\t9\t9\t9\n")             # not the published bytes
+    mirror.write_bytes(good)
+    f = FileSpec("u.data", (archive.as_uri(),), hashlib.sha256(good).hexdigest(), archive_member="bundle/u.data",
+                 archive_filename="bundle.zip", mirrors=(mirror.as_uri(),))
+    _fake(monkeypatch, DatasetSpec("zipped", "Zipped", "zipped", (f,), registry.MOVIELENS, "none",
+                                   FileStats(1, 1, 1, 1.0, 1)))
+    folder = ensure_dataset("zipped", root=tmp_path / "data", download=True)
+    assert (folder / "u.data").read_bytes() == good and not (folder / "bundle.zip").exists()
 
 
 def test_unknown_checksum_is_verified_by_statistics(tmp_path, monkeypatch):

@@ -180,7 +180,9 @@ def extract_member(
     problem = _check(part, dest, f"{archive}:{member}", sha256, expected_size)
     if problem:
         part.unlink(missing_ok=True)
-        raise ChecksumError(f"{problem}.\nNothing was written to {dest}; delete {archive} and download again.")
+        archive.unlink(missing_ok=True)   # the bad file is not kept: a rerun downloads the archive afresh
+        raise ChecksumError(f"{problem}.\nNothing was written to {dest}, and {archive} was deleted; run the "
+                            f"download again.")
     os.replace(part, dest)
     return dest
 
@@ -222,9 +224,10 @@ def fetch_file(f: FileSpec, folder: str | os.PathLike, timeout: float = DEFAULT_
                 _log(f"downloading {f.urls[0]} -> {archive}")
                 download_file(f.urls, archive, f.archive_sha256, None, timeout)
             return extract_member(archive, f.archive_member, dest, f.sha256, f.size)
-        except DatasetUnavailableError:
+        except (DatasetUnavailableError, ChecksumError) as exc:
             if not f.mirrors:
                 raise
+            _log(f"{exc}\ntrying the mirrors of {f.filename}")
         urls: tuple[str, ...] = f.mirrors
     else:
         urls = f.urls + f.mirrors
