@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..models.registry import get_model_entry
+from ..utils.io import atomic_write_text
 from .published import PUBLISHED, Published, published
 from .run import ExperimentSpec, options_text
 from .results import default_results_path, project_root, read_runs
@@ -958,8 +959,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if args.write:
-        readme.write_text(replace_section(readme.read_text(), section))
-        results_readme.write_text(full)
+        atomic_write_text(readme, replace_section(readme.read_text(), section))   # README is hand-written too:
+        atomic_write_text(results_readme, full)                                   # never leave it half-written
     else:
         print(section)
     return 0
