@@ -137,6 +137,8 @@ def test_new_training_options_keep_the_ids_of_earlier_runs():
     assert decayed.run_id() != spec.run_id() and decayed.training_options()["lr_decay"] == 3
     random_windows = replace(spec, window_sampling="random")
     assert random_windows.run_id() != spec.run_id() and random_windows.training_options()["windows"] == "random"
+    assert replace(spec, n_negatives=5).run_id() == spec.run_id()      # full CE samples no negatives
+    assert replace(spec, loss="bce", n_negatives=5).run_id() != replace(spec, loss="bce").run_id()
 
 
 def test_a_run_finished_by_another_invocation_meanwhile_is_not_repeated(tmp_path, small_synthetic):

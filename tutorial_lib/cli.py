@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="loss of the models given without @loss")
     bm.add_argument("--negatives", type=int, default=None,
                     help="negatives of the models trained with --loss (bce: per position, default 1; sampled-ce: "
-                         "per batch, default 256); a model given with another @loss keeps its loss's default")
+                         "per batch, default 256); a model given with another @loss keeps its loss's default, "
+                         "unless every listed model shares that other loss")
     bm.add_argument("--epochs", type=int, default=200)
     bm.add_argument("--patience", type=int, default=10)
     bm.add_argument("--lr-decay", type=int, default=None, metavar="N",

@@ -88,7 +88,8 @@ class ExperimentSpec:
     def training_options(self) -> dict:
         """The settings of the training run that can change its result (besides model, data, loss, seed)."""
         return {"epochs": self.epochs, "batch_size": self.batch_size, "lr": self.lr, "patience": self.patience,
-                "eval_every": self.eval_every, "eval_users": self.eval_users, "n_negatives": self.n_negatives,
+                "eval_every": self.eval_every, "eval_users": self.eval_users,
+                "n_negatives": self.n_negatives if self.loss != "ce" else None,   # full CE samples nothing
                 "precision": self.precision, "bucketing": self.bucketing, "weighting": self.weighting,
                 **({"mask_prob": self.resolved_mask_prob()} if self.model.startswith("bert4rec") else {}),
                 **({"time_budget": self.time_budget} if self.time_budget is not None else {}),
