@@ -54,6 +54,7 @@ def test_read_pairs_groups_users_keeping_file_order(tmp_path):
         ("1 2\n1 2.5\n", 2, "'2.5'"),
         ("1 2\n-1 3\n", 2, "'-1'"),
         ("user item\n1 2\n", 1, "'user'"),
+        ("1 2\n1 99999999999999999999\n", 2, "too large"),
     ],
 )
 def test_read_pairs_malformed(tmp_path, text, line, what):
@@ -145,6 +146,9 @@ def test_read_locker_json_malformed(tmp_path):
     _write_locker(tmp_path, {"0": [1, "b"]}, {"0": [3]}, {"0": [4]})
     with pytest.raises(DataFormatError, match="non-integer"):
         read_locker_json(tmp_path)
+    _write_locker(tmp_path, {"0": [1, 2], "1": [5, -1]}, {"0": [3]}, {"0": [4]})
+    with pytest.raises(DataFormatError, match="user '1' has a negative item id -1"):
+        read_locker_json(tmp_path)                 # -1 + 1 would have become the padding id
     (tmp_path / "test.json").write_text("")
     with pytest.raises(DataFormatError, match="test.json.*empty"):
         read_locker_json(tmp_path)

@@ -81,6 +81,9 @@ def _check_not_empty(path: Path) -> None:
     raise DataFormatError(f"{path}: the file is empty (no data lines)")
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _scan_for_bad_line(path: Path, n_cols: int, layout: str) -> None:
     """Slow line-by-line check; raises for the first line that does not have ``n_cols`` integers."""
     with open(path, "rb") as fh:
@@ -99,6 +102,9 @@ def _scan_for_bad_line(path: Path, n_cols: int, layout: str) -> None:
                         f"{path}, line {lineno}: {tok.decode('utf-8', 'replace')!r} is not a non-negative "
                         f"integer ({layout})"
                     )
+                if int(tok) > INT64_MAX:
+                    raise DataFormatError(f"{path}, line {lineno}: {tok.decode()} is too large for an id "
+                                          f"(at most {INT64_MAX}; {layout})")
 
 
 def _read_int_table(path: PathLike, names: Sequence[str], layout: str) -> pd.DataFrame:
@@ -232,6 +238,11 @@ def read_locker_json(folder: PathLike, shift: int = 1) -> RawSequences:
         bad = next(v for v in flat if type(v) is not int)
         which = int(np.searchsorted(np.cumsum(lengths), flat.index(bad), side="right"))
         raise DataFormatError(f"{folder}: user {keys[which]!r} has a non-integer item id {bad!r:.40}")
+    if any(v < 0 for v in flat):     # -1 + shift would silently become the padding id 0
+        bad = next(v for v in flat if v < 0)
+        which = int(np.searchsorted(np.cumsum(lengths), flat.index(bad), side="right"))
+        raise DataFormatError(f"{folder}: user {keys[which]!r} has a negative item id {bad}; LOCKER ids are 0-based "
+                              f"and non-negative")
     arr = np.asarray(flat, dtype=np.int64) + shift
     user_ids = np.asarray([int(k) for k in keys], dtype=np.int64) + shift
     return RawSequences(user_ids, np.split(arr, np.cumsum(lengths)[:-1]), str(folder))
