@@ -307,8 +307,12 @@ class Trainer:
             "device_rng": device_rng_state(self.device),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "best": best, "history": history, "train_seconds": train_seconds,
-            "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()},
+            "config": self._config_values(),
         }
+
+    def _config_values(self) -> dict:
+        """The settings as plain values, as checkpoints store them (tuples as lists)."""
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
 
     def _resume(self) -> tuple[int, dict, list, float]:
         ckpt = Path(self.config.checkpoint) if self.config.checkpoint else None
@@ -336,7 +340,7 @@ class Trainer:
         """Refuse a checkpoint written with other training settings or for another model: resuming it would
         continue a different run (an Adam state carries its own learning rate) under this run's name."""
         saved = state.get("config", {})
-        now = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
+        now = self._config_values()
         changed = {k: (saved[k], now[k]) for k in saved.keys() & now.keys()
                    if k not in self.RESUMABLE_CHANGES and saved[k] != now[k]}
         if changed:
