@@ -93,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--seeds", nargs="+", type=int, default=[42])
     bm.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
     bm.add_argument("--also-protocols", nargs="+", default=[], choices=["full", "full-nohist", "sampled100"],
-                    help="also rank each selected model's test users under these protocols (one more row each)")
+                    help="also rank each selected model's test users under these protocols (one more row each); "
+                         "a run already finished without them is not repeated to add them (its kept model in "
+                         "runs/models can be ranked with benchmarks/compare_trained.py)")
     bm.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"],
                     help="loss of the models given without @loss")
     bm.add_argument("--negatives", type=int, default=None,
