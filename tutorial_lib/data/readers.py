@@ -234,15 +234,14 @@ def read_locker_json(folder: PathLike, shift: int = 1) -> RawSequences:
             raise DataFormatError(f"{paths[0]}: user {key!r} has no items")
     if not keys:
         raise DataFormatError(f"{paths[0]}: the file has no users")
-    if not all(type(v) is int for v in flat):
-        bad = next(v for v in flat if type(v) is not int)
-        which = int(np.searchsorted(np.cumsum(lengths), flat.index(bad), side="right"))
-        raise DataFormatError(f"{folder}: user {keys[which]!r} has a non-integer item id {bad!r:.40}")
-    if any(v < 0 for v in flat):     # -1 + shift would silently become the padding id 0
-        bad = next(v for v in flat if v < 0)
-        which = int(np.searchsorted(np.cumsum(lengths), flat.index(bad), side="right"))
-        raise DataFormatError(f"{folder}: user {keys[which]!r} has a negative item id {bad}; LOCKER ids are 0-based "
-                              f"and non-negative")
+    # a negative id is refused too: -1 + shift would silently become the padding id 0
+    bad_at = next((i for i, v in enumerate(flat) if type(v) is not int or v < 0), None)
+    if bad_at is not None:
+        bad = flat[bad_at]
+        user = keys[int(np.searchsorted(np.cumsum(lengths), bad_at, side="right"))]
+        what = (f"a non-integer item id {bad!r:.40}" if type(bad) is not int
+                else f"a negative item id {bad}; LOCKER ids are 0-based and non-negative")
+        raise DataFormatError(f"{folder}: user {user!r} has {what}")
     arr = np.asarray(flat, dtype=np.int64) + shift
     user_ids = np.asarray([int(k) for k in keys], dtype=np.int64) + shift
     return RawSequences(user_ids, np.split(arr, np.cumsum(lengths)[:-1]), str(folder))
