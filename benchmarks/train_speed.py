@@ -12,6 +12,7 @@ averages the seconds per epoch over the later ones.
 
     python benchmarks/train_speed.py                     # ML-1M (SEQREC_DATA_DIR) or synthetic, 3 epochs
     python benchmarks/train_speed.py --epochs 10 --out results/benchmarks/train_speed.md
+    python benchmarks/train_speed.py --device cuda --out results/benchmarks/train_speed_h100.md
 
 Prints a Markdown table (and writes it with its provenance when ``--out`` is given).
 """
@@ -32,18 +33,18 @@ from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.experiments.results import git_commit, publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
-from tutorial_lib.utils import seed_everything
+from tutorial_lib.utils import resolve_device, seed_everything
 
 
 def plain_epoch(model: torch.nn.Module, split: LeaveOneOutSplit, opt: torch.optim.Optimizer, batch_size: int,
-                generator: torch.Generator) -> float:
+                generator: torch.Generator, device: torch.device) -> float:
     """The reference: padded full batches, logits at every position, CE with ignore_index=0."""
     model.train()
     users = [u for u, s in enumerate(split.train) if len(s) >= 2]
-    windows = torch.from_numpy(left_pad([split.train[u] for u in users], model.max_len + 1))
+    windows = torch.from_numpy(left_pad([split.train[u] for u in users], model.max_len + 1)).to(device)
     total, n = 0.0, 0
     for idx in torch.randperm(len(users), generator=generator).split(batch_size):
-        w = windows[idx]
+        w = windows[idx.to(device)]
         inputs, targets = w[:, :-1], w[:, 1:] * w[:, :-1].ne(0)
         logits = model(inputs) @ model.output_embedding.t()  # (B, L, n_items + 1)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=0)
@@ -78,13 +79,21 @@ def use_torch_dropout(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse.Namespace) -> dict:
+def synchronize(device: torch.device) -> None:
+    """Wait for the GPU's queued kernels, so that a wall-clock time covers the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse.Namespace,
+                device: torch.device) -> dict:
     kind, model_opts, trainer_opts = VARIANTS[name]
     seed_everything(args.seed)
     model = build_model("sasrec", n_items=n_items, max_len=args.max_len, d_model=args.d_model, n_heads=2,
                         n_layers=2, dropout=0.2, **model_opts)
     if kind.startswith("plain") or kind == "ours-torch-dropout":
         model = use_torch_dropout(model)
+    model = model.to(device)
     trained = torch.compile(model) if kind.endswith("-compiled") else model  # same parameters
     evaluator = Evaluator(split, args.max_len)
     seconds = []
@@ -93,15 +102,17 @@ def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse
         gen = torch.Generator().manual_seed(args.seed)
         for _ in range(args.epochs):
             t0 = time.perf_counter()
-            plain_epoch(trained, split, opt, args.batch_size, gen)
+            plain_epoch(trained, split, opt, args.batch_size, gen, device)
+            synchronize(device)
             seconds.append(time.perf_counter() - t0)
     else:
-        cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, device="cpu",
+        cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, device=str(device),
                           progress=False, verbose=False, **trainer_opts)
         trainer = Trainer(trained, split, cfg, evaluator)
         for epoch in range(1, args.epochs + 1):
             t0 = time.perf_counter()
             trainer.train_epoch(epoch)
+            synchronize(device)
             seconds.append(time.perf_counter() - t0)
     metrics = evaluator.evaluate(model, "valid")
     later = seconds[1:] or seconds  # the first epoch pays torch.compile's compilation
@@ -118,14 +129,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variants", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, mps or auto")
     parser.add_argument("--out", default=None, help="also write the Markdown table here")
     args = parser.parse_args(argv)
+    device = resolve_device(args.device)
     commit = git_commit()  # the code that runs, even if the checkout changes while it trains
     data = load_or_synthetic(args.dataset, n_users=2000, n_items=1000, max_len=200)
     split = leave_one_out(data)
     rows = []
     for name in args.variants:
-        row = run_variant(name, split, data.n_items, args)
+        row = run_variant(name, split, data.n_items, args, device)
         rows.append(row)
         print(f"{name:45s} {row['s_per_epoch']:7.1f} s/epoch (first {row['first_epoch']:.1f})  "
               f"valid NDCG@10 {row['ndcg@10']:.4f}", flush=True)
@@ -142,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         lines.append(f"| {r['variant']} | {r['first_epoch']:.1f} | {r['s_per_epoch']:.1f} | "
                      f"{ref / r['s_per_epoch']:.2f}x | {r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
-    publish_table(lines, args.out, commit=commit)
+    publish_table(lines, args.out, commit=commit, device=device)
     return 0
 
 

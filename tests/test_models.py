@@ -46,7 +46,7 @@ class UserAware(torch.nn.Module):
             return getattr(self.inner, name)
 
     def _users(self, ids):
-        return torch.arange(ids.shape[0]) % N_USERS
+        return torch.arange(ids.shape[0], device=ids.device) % N_USERS
 
     def forward(self, ids, **kw):
         return self.inner(ids, users=self._users(ids), **kw)

@@ -12,6 +12,11 @@ from tutorial_lib.experiments import results
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
+@pytest.fixture(autouse=True)
+def _no_commit_override(monkeypatch):
+    monkeypatch.delenv("SEQREC_COMMIT", raising=False)
+
+
 def _git(repo, *args):
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
                    env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -34,6 +39,13 @@ def test_only_code_changes_make_the_commit_dirty(tmp_path, monkeypatch):
     assert results.git_commit() == clean
     (tmp_path / "code.py").write_text("x = 2\n")
     assert results.git_commit() == clean + "-dirty"
+
+
+def test_a_copy_without_git_history_names_its_commit_in_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "project_root", lambda: tmp_path)          # no repository here
+    assert results.git_commit() == "unknown"
+    monkeypatch.setenv("SEQREC_COMMIT", "09506cb3f2")
+    assert results.git_commit() == "09506cb3f2"
 
 
 def test_a_process_records_the_commit_it_started_from(tmp_path, monkeypatch):

@@ -46,7 +46,12 @@ NOT_CODE = (":(exclude)results", ":(exclude)*.md")
 
 def git_commit() -> str:
     """Short commit hash of the checkout, with ``-dirty`` when tracked files other than results and Markdown
-    (:data:`NOT_CODE`) have uncommitted changes."""
+    (:data:`NOT_CODE`) have uncommitted changes.
+
+    A copy of the code without its git history (a container, a rented GPU machine) names the commit it was
+    copied from in the environment variable ``SEQREC_COMMIT``; that value is used as it is."""
+    if os.environ.get("SEQREC_COMMIT"):
+        return os.environ["SEQREC_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=project_root(),
                               capture_output=True, text=True, timeout=10)

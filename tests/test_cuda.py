@@ -1,0 +1,148 @@
+"""The library on a real CUDA GPU: every model agrees with its CPU self, training runs (fp32, fp16, bf16),
+checkpoint/resume holds, and a checkpoint written on the GPU resumes on a laptop.
+
+Skipped where no CUDA GPU is visible (CI, most laptops); the CPU suite covers the same logic with CPU
+stand-ins. Run them with ``python -m pytest tests/test_cuda.py`` on a machine with a GPU;
+``SEQREC_TEST_DEVICE=mps`` (Apple) or ``=cpu`` (a check of these tests themselves) runs them on another device.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+from test_models import MODELS, batch, make
+from tutorial_lib.evaluation import Evaluator
+from tutorial_lib.models import build_model
+from tutorial_lib.training import Trainer, TrainConfig
+from tutorial_lib.utils import resolve_device
+
+DEVICE = torch.device(os.environ.get("SEQREC_TEST_DEVICE", "cuda"))
+pytestmark = pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA GPU")
+MAX_LEN = 10
+#: one model per attention family (the mixed-precision and training tests; every model is compared above)
+FAMILIES = ["sasrec", "lightsans", "lightsans-ape", "parec", "fparec", "pattern-exponential", "locker-conv",
+            "locker-adapt", "rksa", "bert4rec"]
+
+
+@pytest.fixture(autouse=True)
+def _full_fp32_matmuls():
+    """TF32 would round the GPU's matrix products to 10 mantissa bits; compare like with like."""
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def small_model(split, name="sasrec", seed=0, **opts):
+    torch.manual_seed(seed)
+    return build_model(name, split.n_items, MAX_LEN, n_users=len(split.train),
+                       **{"d_model": 16, "n_layers": 1, "dropout": 0.1, **opts})
+
+
+def config(**kw):
+    return TrainConfig(**{"epochs": 3, "batch_size": 32, "lr": 1e-2, "device": str(DEVICE), **kw})
+
+
+def test_auto_picks_the_gpu():
+    assert resolve_device("auto").type == DEVICE.type
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_outputs_and_gradients_on_the_gpu_equal_the_cpu(name):
+    """Same weights, same batch (left-padded): the GPU kernels (fused attention included) give the CPU's
+    outputs on the valid positions and the CPU's gradients, up to float32 summation order."""
+    cpu = make(name).eval()
+    gpu = make(name).eval().to(DEVICE)
+    ids = batch(padded=True)
+    valid = ids.ne(0)
+    out_cpu, out_gpu = cpu(ids), gpu(ids.to(DEVICE))
+    torch.testing.assert_close(out_gpu[valid.to(DEVICE)].cpu(), out_cpu[valid], atol=1e-4, rtol=1e-4)
+    out_cpu[valid].pow(2).mean().backward()
+    out_gpu[valid.to(DEVICE)].pow(2).mean().backward()
+    for (pname, p_cpu), p_gpu in zip(cpu.named_parameters(), gpu.parameters()):
+        if p_cpu.grad is None:
+            assert p_gpu.grad is None or not p_gpu.grad.any(), pname
+            continue
+        torch.testing.assert_close(p_gpu.grad.cpu(), p_cpu.grad, atol=1e-4, rtol=1e-3, msg=pname)
+
+
+def test_the_evaluator_ranks_the_same_on_both_devices(tiny_split):
+    model = small_model(tiny_split)
+    Trainer(model, tiny_split, config(epochs=2)).fit()
+    evaluator = Evaluator(tiny_split, MAX_LEN)
+    on_gpu = evaluator.evaluate(model.to(DEVICE), "test")
+    on_cpu = evaluator.evaluate(model.cpu(), "test")
+    for k, v in on_cpu.items():
+        assert on_gpu[k] == pytest.approx(v, abs=2e-3), k      # a tie broken by the last bit moves one user
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_trains_on_the_gpu(tiny_split, name, precision):
+    """A few epochs at each precision: finite losses that fall, finite validation metrics. fp16 runs
+    through the GradScaler (CUDA only), bf16 through RKSA's float32 Cholesky (L = 10 < d = 16 here, so
+    the rank-deficient case is covered by the CPU suite)."""
+    model = small_model(tiny_split, name)
+    result = Trainer(model, tiny_split, config(epochs=4, precision=precision, patience=10),
+                     Evaluator(tiny_split, MAX_LEN)).fit()
+    losses = [row["loss"] for row in result.history]
+    assert all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < losses[0], losses
+    assert math.isfinite(result.best_valid["ndcg@10"])
+    assert next(model.parameters()).device.type == DEVICE.type
+
+
+def train_with_crash(split, ckpt, monkeypatch, crash_at):
+    """Train 4 epochs with a checkpoint, crashing before epoch ``crash_at``; returns the trainer."""
+    real_epoch = Trainer.train_epoch
+
+    def crash(self, epoch):
+        if epoch == crash_at:
+            raise RuntimeError("simulated crash")
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(small_model(split, dropout=0.3), split, config(epochs=4, patience=10, checkpoint=str(ckpt))).fit()
+    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+
+
+def max_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    return max((sa[k].float() - sb[k].float()).abs().max().item() for k in sa)
+
+
+def test_resume_on_the_gpu_continues_the_same_run(tiny_split, tmp_path, monkeypatch):
+    """Crash after epoch 2, resume: the GPU's dropout masks continue from the saved device generator, so
+    the resumed run ends where an uninterrupted one does. GPU kernels need not be bitwise repeatable
+    (atomic adds in some backward passes), so the bar is the difference between two uninterrupted runs."""
+    straight = [small_model(tiny_split, dropout=0.3) for _ in range(2)]
+    results = [Trainer(m, tiny_split, config(epochs=4, patience=10)).fit() for m in straight]
+    noise = max_difference(*straight)
+
+    ckpt = tmp_path / "run.pt"
+    train_with_crash(tiny_split, ckpt, monkeypatch, crash_at=3)
+    torch.manual_seed(123)
+    if DEVICE.type == "cuda":
+        torch.cuda.manual_seed(123)                  # scramble both generators: resume must restore them
+    resumed_model = small_model(tiny_split, seed=99, dropout=0.3)
+    resumed = Trainer(resumed_model, tiny_split, config(epochs=4, patience=10, checkpoint=str(ckpt))).fit()
+
+    assert resumed.epochs_run == results[0].epochs_run == 4
+    assert max_difference(resumed_model, straight[0]) <= 10 * noise + 1e-5
+
+    if DEVICE.type == "cuda":   # the dropout masks of epochs 3-4 come from this saved generator
+        assert torch.load(ckpt, weights_only=True)["device_rng"] is not None
+
+
+def test_a_checkpoint_written_on_the_gpu_resumes_on_the_cpu(tiny_split, tmp_path, monkeypatch):
+    """Train on a GPU, crash, finish on a laptop: the checkpoint loads on the CPU (the GPU generator
+    state is ignored there) and training completes."""
+    ckpt = tmp_path / "run.pt"
+    train_with_crash(tiny_split, ckpt, monkeypatch, crash_at=3)
+    model = small_model(tiny_split, seed=99, dropout=0.3)
+    result = Trainer(model, tiny_split, config(epochs=4, patience=10, checkpoint=str(ckpt), device="cpu")).fit()
+    assert result.epochs_run == 4 and next(model.parameters()).device.type == "cpu"
