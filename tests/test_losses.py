@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from tutorial_lib.training import NegativeSampler, bce_loss, full_ce_loss, sampled_softmax_loss
+from tutorial_lib.errors import ConfigError
+from tutorial_lib.training import NegativeSampler, TrainConfig, bce_loss, full_ce_loss, sampled_softmax_loss
+from tutorial_lib.training.losses import ce_chunk_rows
 
 B, L, D, N_ITEMS = 3, 6, 8, 25
 
@@ -51,6 +53,22 @@ def test_full_ce_chunked_equals_plain_and_brute_force(chunk):
     torch.testing.assert_close(w2.grad, w1.grad, atol=1e-5, rtol=1e-5)
     assert (w1.grad[0] == 0).all()       # padding is never a class
     assert (h1.grad[targets.eq(0)] == 0).all() and (h2.grad[targets.eq(0)] == 0).all()
+
+
+def test_auto_chunks_are_small_on_a_cpu_and_large_on_a_gpu():
+    """CPU: 128 rows (cache-sized blocks). GPU: one chunk for ML-1M-sized batches, bounded logits for large
+    catalogues. An explicit setting is kept."""
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert ce_chunk_rows("auto", cpu, 3416) == 128
+    assert ce_chunk_rows("auto", gpu, 3416) == 2**26 // 3416 >= 128 * 150      # batch 128 x 150 valid positions
+    assert ce_chunk_rows("auto", gpu, 10**7) == 128                             # never below the CPU's chunk
+    assert ce_chunk_rows(None, gpu, 3416) is None and ce_chunk_rows(64, gpu, 3416) == 64
+
+
+@pytest.mark.parametrize("bad", [0, -4, 2.5, "all", True])
+def test_a_bad_ce_chunk_is_refused(bad):
+    with pytest.raises(ConfigError, match="ce_chunk"):
+        TrainConfig(ce_chunk=bad)
 
 
 def test_full_ce_gradient_scales_with_upstream_gradient():

@@ -22,7 +22,7 @@ from ..models.backbone import user_inputs
 from ..utils.device import resolve_device
 from ..utils.seeding import device_rng_state, set_device_rng_state
 from .checkpoint import load_checkpoint, save_checkpoint
-from .losses import LOSSES, bce_loss, full_ce_loss, sampled_softmax_loss
+from .losses import LOSSES, bce_loss, ce_chunk_rows, full_ce_loss, sampled_softmax_loss
 from .negatives import NegativeSampler
 from .optimizer import make_adam
 
@@ -65,7 +65,9 @@ class TrainConfig:
             always reads the most recent items.
         grad_clip: clip the gradient norm to this value (``None``: no clipping).
         ce_chunk: rows per chunk of the full cross-entropy (:class:`~tutorial_lib.training.losses.ChunkedSoftmaxCE`);
-            ``None`` computes it with ``F.cross_entropy`` on the whole logit matrix (same value, slower).
+            ``None`` computes it with ``F.cross_entropy`` on the whole logit matrix (same value, slower on a
+            CPU); ``"auto"`` (default) takes 128 rows on a CPU and chunks of up to 2**26 logits on a GPU
+            (:func:`~tutorial_lib.training.losses.ce_chunk_rows`).
         mask_prob: share of items replaced by ``[MASK]`` per sequence for cloze-trained
             (bidirectional) models; ignored by autoregressive ones.
         checkpoint: file to save the training state to after every epoch; an existing file is resumed.
@@ -99,7 +101,7 @@ class TrainConfig:
     window_sampling: str = "recent"
     grad_clip: float | None = None
     mask_prob: float = 0.2
-    ce_chunk: int | None = 128
+    ce_chunk: int | str | None = "auto"
     checkpoint: str | None = None
     time_budget: float | None = None
     deadline: float | None = None
@@ -130,6 +132,10 @@ class TrainConfig:
             raise ConfigError(f"time_budget (seconds of training) must be >= 0, got {self.time_budget}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
+        if not (self.ce_chunk is None or self.ce_chunk == "auto"
+                or (isinstance(self.ce_chunk, int) and not isinstance(self.ce_chunk, bool) and self.ce_chunk >= 1)):
+            raise ConfigError(f"ce_chunk must be 'auto', None (no chunks) or rows per chunk >= 1, "
+                              f"got {self.ce_chunk!r}")
         self.betas = tuple(self.betas)
 
     @property
@@ -201,6 +207,7 @@ class Trainer:
                               f"the whole history: leave window_sampling at 'recent'")
         self.targets_per_batch = self._mean_targets_per_batch()
         self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
+        self.ce_chunk = ce_chunk_rows(self.config.ce_chunk, self.device, split.n_items)
         self.optimizer = make_adam(model.parameters(), lr=self.config.lr, betas=self.config.betas,
                                    weight_decay=self.config.weight_decay)
         self.generator = torch.Generator().manual_seed(self.config.seed)
@@ -219,7 +226,7 @@ class Trainer:
             hidden = self.model(batch.inputs, **user_inputs(self.model, batch.users))
         items = self.model.output_embedding
         if cfg.loss == "ce":
-            loss = full_ce_loss(hidden, batch.targets, items, chunk=cfg.ce_chunk)
+            loss = full_ce_loss(hidden, batch.targets, items, chunk=self.ce_chunk)
         elif cfg.loss == "bce":
             shape = (*batch.targets.shape, cfg.negatives)
             neg = self.sampler.sample(batch.users.cpu(), shape, self.generator).to(self.device)
