@@ -87,19 +87,6 @@ def test_rnn_and_conv_match_explicit_windows():
             torch.testing.assert_close(got[mask, t], ref[mask], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-def test_the_gru_runs_in_float32_under_mixed_precision(dtype):
-    """Autocast would run the local GRU in half precision (on an H100, cuDNN's bf16 GRU made the training
-    loss non-finite); the layer keeps it in float32, weights and inputs alike."""
-    att = _layer("rnn").train()
-    seen = []
-    att.grus[0].register_forward_hook(lambda m, args, out: seen.append((args[0].dtype, out[1].dtype)))
-    with torch.autocast("cpu", dtype=dtype):
-        y, _ = att(torch.randn(B, L, D), _ctx(_ids()))
-    assert seen == [(torch.float32, torch.float32)]
-    assert torch.isfinite(y).all()
-
-
 def test_initial_bias_is_an_additive_gaussian_bump():
     att = _layer("initial")
     bump = att.distance_bias[0]

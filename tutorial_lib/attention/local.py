@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, float32_region, merge_heads, split_heads
+from .base import Attention, SequenceContext, merge_heads, split_heads
 from .dot_product import naive_attention
 from .pairwise_bias import pairwise_mlp_bias
 
@@ -257,10 +257,7 @@ class LocalAttention(Attention):
         return torch.stack(out, dim=1)
 
     def _rnn(self, v: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
-        """GRU over each position's window of ``s + 1`` values (backward ``i-s..i``; ``compat``: ``i..i+s``).
-
-        The GRU runs in float32 under mixed precision: cuDNN's bf16 GRU made the training loss non-finite
-        within a few epochs on an H100 (tests/test_cuda.py), and its cost here is small (``s + 1`` steps)."""
+        """GRU over each position's window of ``s + 1`` values (backward ``i-s..i``; ``compat``: ``i..i+s``)."""
         B, ml, L, dh = v.shape
         s = self.window
         pad = (0, 0, s, 0) if not self.compat else (0, 0, 0, s)
@@ -268,8 +265,7 @@ class LocalAttention(Attention):
         for m, gru in enumerate(self.grus):
             padded = F.pad(v[:, m], pad)                                        # (B, L + s, dh)
             windows = padded.unfold(1, s + 1, 1).permute(0, 1, 3, 2)            # (B, L, s + 1, dh)
-            with float32_region(v):
-                _, h = gru(windows.reshape(B * L, s + 1, dh).float())
+            _, h = gru(windows.reshape(B * L, s + 1, dh))
             out.append(h[-1].view(B, L, dh))
         return torch.stack(out, dim=1)
 
