@@ -65,6 +65,7 @@ def test_counting_kernel_mistakes(mistake, hint):
         ch06.check_counting_kernel(mistake)
 
 
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")     # the `.T` mistake below is what torch warns about
 @pytest.mark.parametrize("mistake, hint", [
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0 + torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1))), r"\|y0\|"),
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (eps @ ch)), "transpose"),
@@ -75,6 +76,12 @@ def test_counting_kernel_mistakes(mistake, hint):
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs()
                                                  + torch.sqrt(1 - de ** 2) * (ch @ eps[..., None]).squeeze(-1)),
      "as if B were the heads"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de) * (eps @ ch.transpose(-2, -1))),
+     "δ SQUARED under the root"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * eps @ ch.transpose(-2, -1)),
+     "bind equally"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (eps @ ch.T)),
+     r"chol.transpose\(-2, -1\) \(or chol.mT\)"),
 ])
 def test_sampler_mistakes(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):

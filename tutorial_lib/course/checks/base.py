@@ -245,6 +245,10 @@ def _explain_arrays(a: np.ndarray, e: np.ndarray, name: str, atol: float, rtol: 
     return "\n".join(lines)
 
 
+#: how :func:`_masking_hint`'s sentences begin
+MASKING_GUESS = "masking looks wrong"
+
+
 def _masking_hint(a: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str | None:
     """A sentence about masking when every wrong position is a masked one (-inf or exact 0) in one of the two."""
     with np.errstate(invalid="ignore"):
@@ -256,10 +260,10 @@ def _masking_hint(a: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str | None
         return None  # zeros in a vector are usually just values (a metric outside the top K), not a mask
     if np.all(e_masked[wrong]) and not np.any(a_masked[wrong]):
         value = "-inf" if np.isneginf(e[wrong]).all() else "0"
-        return (f"masking looks wrong: all {int(wrong.sum())} differing positions are masked in the reference "
+        return (f"{MASKING_GUESS}: all {int(wrong.sum())} differing positions are masked in the reference "
                 f"({value} there) but not in yours. Is the causal / padding mask applied, and on the right side?")
     if np.all(a_masked[wrong]) and not np.any(e_masked[wrong]):
-        return ("masking looks wrong: all differing positions are masked (0 or -inf) in yours but hold real "
+        return (f"{MASKING_GUESS}: all differing positions are masked (0 or -inf) in yours but hold real "
                 "values in the reference. Is the mask too wide, or inverted (True = keep vs True = hide)?")
     return None
 
@@ -376,7 +380,8 @@ def check_function(
             label = f" ({case.label})" if case.label else ""
             text = [f"`{name}` differs from the library's version for\n    {case.call_text(name)}{label}", msg]
             extra = diagnose(case, result, expected) if diagnose is not None else None
-            if extra:
+            if extra:   # the specific diagnosis replaces the generic guess about masking, which would mislead
+                text[1] = "\n".join(line for line in msg.split("\n") if not line.startswith(MASKING_GUESS))
                 text.append(f"Hint: {extra}")
             if hint:
                 text.append(f"{'Reminder' if extra else 'Hint'}: {hint}")

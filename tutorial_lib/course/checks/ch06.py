@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from .base import Case, call_learner, check_function, exercise_check, expect, explain_difference, fail, passed, to_numpy
+from .base import Case, CheckFailed, call_learner, check_function, exercise_check, expect, explain_difference, fail, passed, to_numpy
 
 COUNTING_LIBRARY = "tutorial_lib.attention.kernelized.counting_kernel"
 SAMPLER_LIBRARY = "tutorial_lib.attention.kernelized.skew_normal_sample"
@@ -189,6 +189,8 @@ def _sampler_variants(xi, omega, delta, chol, y0, eps) -> dict[str, torch.Tensor
         "no_abs": xi + omega * (delta * y0 + s * y),
         "no_transpose": xi + omega * (delta * y0.abs() + s * (eps @ chol)),
         "no_sqrt": xi + omega * (delta * y0.abs() + (1.0 - delta ** 2) * y),
+        "sqrt_of_delta": xi + omega * (delta * y0.abs() + torch.sqrt(1.0 - delta) * y),
+        "precedence": xi + omega * (delta * y0.abs() + (s * eps) @ chol.transpose(-2, -1)),
         "omega_outside": xi + delta * y0.abs() + omega * s * y,
         "uncorrelated": xi + omega * (delta * y0.abs() + s * eps),
         "no_xi": omega * (delta * y0.abs() + s * y),
@@ -206,6 +208,11 @@ _SAMPLER_HINTS = {
                     "eps @ chol.transpose(-2, -1) (each row of eps is a vector e, and y = L e is that row times Lᵀ)",
     "no_sqrt": "the normal part is multiplied by (1 - δ²)^(1/2), the SQUARE ROOT of 1 - δ² (Eq. 13); then "
                "E[ẑ²] = δ² E[y0²] + (1 - δ²) E[y²] = 1 for every δ",
+    "sqrt_of_delta": "the normal part is multiplied by sqrt(1 - δ²), δ SQUARED under the root (Eq. 13); sqrt(1 - δ) "
+                     "gives E[ẑ²] ≠ 1",
+    "precedence": "`*` and `@` bind equally and run left to right, so `sqrt(1 - δ²) * eps @ chol.transpose(-2, -1)` "
+                  "scales eps BEFORE it is mixed across the keys: each key then gets the other keys' factors. "
+                  "Form y = eps @ chol.transpose(-2, -1) first (or add parentheses), then multiply by sqrt(1 - δ²)",
     "omega_outside": "ω multiplies the whole standardised sample ẑ = δ|y0| + sqrt(1 - δ²) y, the skewed part "
                      "included: z = ξ + ω ⊙ ẑ",
     "uncorrelated": "the normal part must be correlated with correlation ψ: y = eps @ chol.transpose(-2, -1), not "
@@ -265,8 +272,16 @@ def check_skew_normal_sampler(sample_z, n_samples: int = 200_000) -> None:
 
     cases = sampler_cases()
     for case, noise_seed in cases:
-        result = call_learner(sample_z, case, name, SAMPLER_LIBRARY)
         xi, omega, delta, chol, _, _ = case.args
+        try:
+            result = call_learner(sample_z, case, name, SAMPLER_LIBRARY)
+        except CheckFailed as exc:
+            if chol.dim() <= 2:
+                raise
+            raise CheckFailed(
+                f"{exc}\nHint: here `chol` is batched, shape {tuple(chol.shape)}, as in the layer. Transpose only "
+                "its last two dimensions, chol.transpose(-2, -1) (or chol.mT); `.T` reverses every dimension "
+                "(and is deprecated beyond 2-D)") from exc.__cause__
         expected = skew_normal_sample(xi, omega, delta, chol, generator=torch.Generator().manual_seed(noise_seed))
         msg = explain_difference(result, expected, "the result")
         if msg:
