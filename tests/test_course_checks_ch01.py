@@ -27,7 +27,8 @@ def test_a_float32_or_numpy_solution_passes(capsys):
     def rank_np(scores, target):
         s = scores.numpy()
         t = s[np.arange(len(s)), target.numpy()][:, None]
-        return torch.from_numpy((s >= t).sum(1) - 1)
+        with np.errstate(invalid="ignore"):
+            return torch.from_numpy((~(s < t)).sum(1) - 1)
 
     ch01.check_ndcg_at_k(ndcg32)
     ch01.check_rank_of_target(rank_np)
@@ -70,6 +71,8 @@ def _count(scores, target, op):
     (lambda s, t: _count(s, t, torch.gt), "pessimistically"),
     (lambda s, t: _count(s, t, torch.ge), "counted against itself"),
     (lambda s, t: _count(s, t, torch.lt), "BELOW"),
+    (lambda s, t: _count(s, t, torch.ge) - 1, "NOT BELOW"),          # right for numbers, wrong for NaN
+    (lambda s, t: (_count(s, t, torch.ge) - 1).clamp(min=0), "NOT BELOW"),
 ])
 def test_rank_mistakes_get_their_hint(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):
@@ -81,3 +84,20 @@ def test_edge_cases_are_in_the_ndcg_cases():
     singles = {(int(c.args[0][0]), c.args[1]) for c in cases if len(c.args[0]) == 1}
     assert {(0, 10), (9, 10), (10, 10)} <= singles
     assert ch01.ndcg_by_hand(0, 10) == 1.0 and ch01.ndcg_by_hand(10, 10) == 0.0
+
+
+def test_a_missing_return_is_not_blamed_on_something_else():
+    def no_return(ranks, k):
+        torch.where(ranks < k, 1.0 / torch.log2(ranks.double() + 2), torch.zeros(len(ranks), dtype=torch.float64))
+
+    with pytest.raises(CheckFailed, match="return") as failure:
+        ch01.check_ndcg_at_k(no_return)
+    assert "PER USER" not in str(failure.value)
+
+
+def test_integer_results_where_floats_are_expected_are_pointed_out():
+    def truncated(ranks, k):
+        return torch.where(ranks < k, 1.0 / torch.log2(ranks.double() + 2), torch.zeros(len(ranks))).long()
+
+    with pytest.raises(CheckFailed, match="integer cast"):
+        ch01.check_ndcg_at_k(truncated)

@@ -115,3 +115,38 @@ def test_allowed_mask_mistakes():
 
     with pytest.raises(CheckFailed, match="attend to the later position 1, its future"):
         ch02.check_allowed_mask(one_step_ahead)
+
+
+def test_allowed_mask_with_an_inverted_padding_test_is_told_so():
+    def inverted(ids):
+        L = ids.shape[1]
+        return (ids.eq(0)[:, None, None, :] & causal_mask(L)) | torch.eye(L, dtype=torch.bool)
+
+    with pytest.raises(CheckFailed, match="padding test is inverted"):
+        ch02.check_allowed_mask(inverted)
+
+
+def test_attention_masked_after_the_softmax_gets_the_hint():
+    def after(q, k, v, allowed):
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) * allowed
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="AFTER the softmax"):
+        ch02.check_attention(after)
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+def test_attention_with_dot_t_on_batched_keys_is_told_to_transpose_the_last_two():
+    def dot_t(q, k, v, allowed):
+        w = torch.softmax((q @ k.T / math.sqrt(q.shape[-1])).masked_fill(~allowed, float("-inf")), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match=r"`\.T` reverses ALL"):
+        ch02.check_attention(dot_t)
+
+
+def test_a_numpy_causal_mask_is_refused_with_the_reason():
+    import numpy as np
+
+    with pytest.raises(CheckFailed, match="returned a ndarray; return a torch tensor"):
+        ch02.check_causal_mask(lambda L: np.tril(np.ones((L, L), dtype=bool)))

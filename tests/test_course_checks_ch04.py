@@ -83,7 +83,14 @@ def test_check_in_fparec_falls_back_on_the_library_for_exercise_1(capsys):
     ch04.check_in_fparec(factorized_logits, stub)
     ch04.check_in_fparec(factorized_logits)
     out = capsys.readouterr().out
-    assert "exercise 1 is not done yet" in out and out.count("✅") == 2
+    assert out.count("only `factorized_logits` is yours") == 2 and out.count("✅") == 2
+    assert "built on your `factorized_logits` gives" in out
+
+
+def test_check_in_fparec_tests_exercise_1_alone_when_exercise_2_is_not_done(capsys):
+    ch04.check_in_fparec(stub, positional_attention)
+    out = capsys.readouterr().out
+    assert "only `positional_attention` is yours" in out and "built on your `positional_attention` gives" in out
 
 
 @pytest.mark.parametrize("check", [ch04.check_positional_attention, ch04.check_factorized_logits,
@@ -150,8 +157,10 @@ def test_leakage_proof_finds_leaks():
 
 # ----------------------------------------------------------------------------- typical mistakes of exercise 2
 def test_factorized_mistakes():
-    with pytest.raises(CheckFailed, match="scaling is missing"):
+    with pytest.raises(CheckFailed, match="unscaled, or scaled by sqrt"):
         ch04.check_factorized_logits(lambda f1, f2, d: f1 @ f2.transpose(-2, -1))
+    with pytest.raises(CheckFailed, match="unscaled, or scaled by sqrt"):     # the first case has k = 1
+        ch04.check_factorized_logits(lambda f1, f2, d: f1 @ f2.transpose(-2, -1) / math.sqrt(f1.shape[-1]))
     with pytest.raises(CheckFailed, match="square root"):
         ch04.check_factorized_logits(lambda f1, f2, d: f1 @ f2.transpose(-2, -1) / d)
     with pytest.raises(CheckFailed, match="transposed"):
@@ -169,3 +178,17 @@ def test_check_in_fparec_catches_a_leaky_layer():
 def test_compare_in_fparec_is_exact_for_the_reference():
     diffs = ch04.compare_in_fparec(factorized_logits, positional_attention)
     assert all(v < 1e-4 for v in diffs.values()), diffs
+
+
+def test_zeros_for_the_padding_rows_are_explained():
+    """Notebook 03 accepted replacing the NaN rows of padding queries by zeros; this check wants rows that sum to 1."""
+    def nan_to_zero(logits, positions, v, valid):
+        L = valid.shape[1]
+        sub = logits[:, positions][:, :, positions]
+        allowed = valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()
+        w = torch.softmax(sub[None].masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="only the rows of padding queries differ") as failure:
+        ch04.check_positional_attention(nan_to_zero)
+    assert "masking looks wrong" not in str(failure.value)

@@ -81,7 +81,7 @@ def test_counting_kernel_mistakes(mistake, hint):
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * eps @ ch.transpose(-2, -1)),
      "bind equally"),
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (eps @ ch.T)),
-     r"chol.transpose\(-2, -1\) \(or chol.mT\)"),
+     r"\.transpose\(-2, -1\)` \(or `\.mT`\)"),
 ])
 def test_sampler_mistakes(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):

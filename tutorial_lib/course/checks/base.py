@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import io
+import re
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -230,6 +232,9 @@ def _explain_arrays(a: np.ndarray, e: np.ndarray, name: str, atol: float, rtol: 
     n_wrong, first = int(wrong.sum()), tuple(np.argwhere(wrong)[0])
     lines = [f"{name}: values differ at {n_wrong} of {a.size} positions; first at index {_fmt_index(first)}: "
              f"yours {_fmt_value(a[first])}, expected {_fmt_value(e[first])}"]
+    if a.dtype.kind in "iub" and e.dtype.kind == "f":
+        lines.append(f"yours are {_kind(a)} ({a.dtype}) where floats are expected: did an integer cast "
+                     "(`.long()`, `int(...)`, `//`) drop the fractions?")
     masking = _masking_hint(a, e, wrong)
     if masking:
         lines.append(masking)
@@ -305,7 +310,7 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
         raise CheckFailed(
             f"`{name}` raised {type(exc).__name__}: {exc}\n"
             f"while computing {case.call_text(name)}{' (' + case.label + ')' if case.label else ''}.\n"
-            "The traceback above shows the line of your code where it happened."
+            "The traceback above shows the line of your code where it happened." + _dot_t_hint(fn, args)
         ) from exc
     for i, (before, after) in enumerate(zip(case.args, args)):
         if _mutated(before, after):
@@ -316,6 +321,21 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
             raise CheckFailed(f"`{name}` modified its argument `{key}` in place for {case.call_text(name)}; "
                               "work on a copy instead")
     return result
+
+
+def _dot_t_hint(fn: Callable, args: Sequence[Any]) -> str:
+    """A hint when ``fn``'s source uses ``.T`` and an argument has more than 2 dimensions (``.T`` then reverses
+    all of them, which is rarely what matrix code means), else ``""``."""
+    if not any(getattr(a, "ndim", 0) > 2 for a in args):   # tensors and arrays
+        return ""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+    if not re.search(r"\.T\b", source):
+        return ""
+    return ("\nHint: your code uses `.T`, and some inputs here have more than 2 dimensions: `.T` reverses ALL "
+            "of them. To transpose the last two, write `.transpose(-2, -1)` (or `.mT`).")
 
 
 def _explain_result(result: Any, expected: Any, output_names: Sequence[str] | None, atol: float,
@@ -379,11 +399,11 @@ def check_function(
         if msg:
             label = f" ({case.label})" if case.label else ""
             text = [f"`{name}` differs from the library's version for\n    {case.call_text(name)}{label}", msg]
-            extra = diagnose(case, result, expected) if diagnose is not None else None
+            extra = diagnose(case, result, expected) if diagnose is not None and result is not None else None
             if extra:   # the specific diagnosis replaces the generic guess about masking, which would mislead
                 text[1] = "\n".join(line for line in msg.split("\n") if not line.startswith(MASKING_GUESS))
                 text.append(f"Hint: {extra}")
-            if hint:
+            if hint and result is not None:   # a missing `return` is the whole story
                 text.append(f"{'Reminder' if extra else 'Hint'}: {hint}")
             raise CheckFailed("\n".join(text)) from None
     if not quiet:

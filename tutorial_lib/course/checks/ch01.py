@@ -124,6 +124,9 @@ def rank_cases(seed: int = 0, n_random: int = 8) -> list[Case]:
             torch.from_numpy(rng.standard_normal((b, c)).astype(np.float32))
         target = torch.from_numpy(rng.integers(0, c, size=b))
         cases.append(Case((scores, target), label="random scores with ties" if i % 2 == 0 else "random scores"))
+    nan = float("nan")
+    cases.append(Case((torch.tensor([[0.1, nan, 0.5], [nan, 0.2, 0.3]]), torch.tensor([1, 1])),
+                      label="NaN scores (section 4): a NaN target ranks last, a NaN candidate above the target"))
     return cases
 
 
@@ -147,8 +150,15 @@ RANK_HINTS = {
 }
 
 
+NAN_HINT = ("every comparison with NaN is False, so with `>=` a NaN target beats every candidate and a NaN "
+            "candidate never competes (section 4). Count the candidates that are NOT BELOW the target, "
+            "`~(scores < target_score)`: for numbers that is `>=`, and NaN then counts against the target")
+
+
 def _diagnose_rank(case: Case, yours, expected) -> str | None:
     scores, target = to_numpy(case.args[0]), to_numpy(case.args[1])
+    if np.isnan(scores).any():
+        return NAN_HINT
     try:
         mine = to_numpy(yours)
     except (TypeError, ValueError):
@@ -170,7 +180,8 @@ def check_rank_of_target(rank_of_target) -> None:
 
     check_function(rank_of_target, lambda s, t: reference(s, t), rank_cases(), library=RANK_LIBRARY,
                    name=getattr(rank_of_target, "__name__", "rank_of_target"), diagnose=_diagnose_rank,
-                   hint="rank = number of OTHER candidates whose score is >= the target's score (0 = the top)")
+                   hint="rank = number of OTHER candidates whose score is not below the target's, "
+                        "`~(scores < target_score)`, which is >= for numbers (0 = the top)")
 
 
 def ndcg_by_hand(rank: int, k: int) -> float:

@@ -88,7 +88,13 @@ def _attention_variants(q, k, v, allowed) -> dict[str, tuple[torch.Tensor, torch
         "fill_zero": finish(raw / math.sqrt(dh), fill=0.0),
         "inverted": _inverted(raw, v, allowed, dh),
         "no_mask": _no_mask(raw, v, dh),
+        "mask_after_softmax": _mask_after_softmax(raw, v, allowed, dh),
     }
+
+
+def _mask_after_softmax(raw, v, allowed, dh):
+    w = torch.softmax(raw / math.sqrt(dh), dim=-1) * allowed
+    return w @ v, w
 
 
 def _inverted(raw, v, allowed, dh):
@@ -114,6 +120,9 @@ _ATTENTION_HINTS = {
     "inverted": "the mask is inverted: `allowed` is True where a query MAY look, so hide the positions where it is "
                 "False (masked_fill(~allowed, -inf))",
     "no_mask": "the mask is not applied: hide the keys where `allowed` is False before the softmax",
+    "mask_after_softmax": "you masked AFTER the softmax: the hidden keys' weight is then simply dropped, and each "
+                          "row no longer sums to 1. Mask the logits with -inf BEFORE the softmax, which then "
+                          "spreads the whole weight over the allowed keys",
 }
 
 
@@ -152,7 +161,10 @@ def check_attention(attention) -> None:
 def _as_bool_mask(mask, L: int, name: str) -> torch.Tensor:
     if mask is None:
         fail(f"`{name}({L})` returned None; did you forget the `return` statement?")
-    m = torch.as_tensor(mask)
+    expect(isinstance(mask, torch.Tensor), f"`{name}({L})` returned a {type(mask).__name__}; return a torch tensor "
+                                            "(the attention code combines it with tensors: `&`, masked_fill), e.g. "
+                                            "torch.ones(L, L, dtype=torch.bool).tril()")
+    m = mask
     expect(tuple(m.shape) == (L, L), f"`{name}({L})` must have shape ({L}, {L}), yours is {tuple(m.shape)}")
     expect(m.dtype == torch.bool, f"`{name}({L})` must be a bool tensor (True = may attend), yours has dtype "
                                   f"{m.dtype}; e.g. torch.ones(L, L, dtype=torch.bool).tril()")
@@ -284,11 +296,14 @@ def _diagnose_allowed(case: Case, yours, expected) -> str | None:
         return ("padding positions see no key at all, so their softmax is over a row of -inf and gives NaN. Let "
                 "every position always see itself: `| torch.eye(L, dtype=torch.bool)`. (Their outputs are never "
                 "used, but NaNs would spread through the next layers.)")
+    if torch.equal(m, ((~valid[:, None, None, :] & causal) | eye).expand_as(m)):
+        return ("the padding test is inverted: a key is hidden when its item id IS 0, so the allowed keys are "
+                "item_ids != 0 (item_ids.ne(0))")
     if torch.equal(m, (valid[:, None, None, :] | eye).expand_as(m)):
         return "the causal part is missing: combine the padding mask with causal_mask(L) using &"
     if torch.equal(m, (valid[:, None, :, None] & causal) | eye):
         return ("you hid padding QUERIES (rows) instead of padding KEYS (columns): the padding mask of the keys "
-                "is valid[:, None, None, :]")
+                "is item_ids.ne(0)[:, None, None, :], which varies along the LAST dimension")
     if (m & ~causal).any():
         t, j = (int(i) for i in (m & ~causal).nonzero()[0, 2:])
         return (f"position {t} may attend to the later position {j}, its future: every key j > t must be False "
@@ -301,7 +316,7 @@ def check_allowed_mask(allowed_mask) -> None:
     """Check ``allowed_mask(item_ids) -> (B, 1, L, L)`` against ``SequenceContext.allowed()``."""
     check_function(allowed_mask, reference_allowed_mask, allowed_cases(), library=MASK_LIBRARY,
                    diagnose=_diagnose_allowed,
-                   hint="allowed[b, 0, t, j] = (j <= t and item_ids[b, j] != 0) or j == t")
+                   hint="allowed[n, 0, t, j] = (j <= t and item_ids[n, j] != 0) or j == t, for sequence n")
 
 
 # ----------------------------------------------------------------------------- attention inside heads

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Case, call_learner, check_function, exercise_check, expect, fail, passed, to_numpy
+from .base import (Case, ExerciseNotDone, call_learner, check_function, exercise_check, expect, fail, not_done_message,
+                   passed, to_numpy)
 
 PA_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention"
 FACTORIZED_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention(kind='factorized').pattern_logits"
@@ -175,6 +176,14 @@ def _diagnose_pa(case: Case, yours, expected, learner=None) -> str | None:
     if np.isnan(w).any():
         return ("some rows are NaN: a padding query sees no real key, so its row is all -inf. Let every position "
                 "always see itself (| torch.eye(L, dtype=torch.bool)), as in notebook 02")
+    valid = to_numpy(case.args[3])
+    if w.shape == tuple(exp_w.shape):
+        wrong_rows = ~np.isclose(w, to_numpy(exp_w), atol=1e-5).all(-1)          # (B, H, L)
+        if wrong_rows.any() and not (wrong_rows & valid[:, None, :]).any():
+            return ("only the rows of padding queries differ, and every real query is right. Here each row of the "
+                    "weights must sum to 1 (the docstring): let every position always see itself (| torch.eye(L, "
+                    "dtype=torch.bool)) instead of replacing NaN rows by zeros. Notebook 03's check accepted either; "
+                    "this one compares every row")
     found = _matching_mistakes(case, yours)
     if len(found) > 1 and learner is not None:
         # a simple case cannot tell some mistakes apart (all logits 0): try a case that separates them
@@ -285,6 +294,9 @@ def _diagnose_fact(case: Case, yours, expected) -> str | None:
                 "transposed": (raw / math.sqrt(d_head)).transpose(-2, -1)}
     for key, value in variants.items():
         if y.shape == tuple(value.shape) and np.allclose(y, value.numpy(), atol=1e-5):
+            if key == "no_scale" and k == 1:   # sqrt(k) = 1: the two mistakes look the same here
+                return ("your result is F1 F2^T unscaled, or scaled by sqrt(k), which is 1 in this case: the scale "
+                        "is 1 / sqrt(d_head), the same 1/sqrt(d/h) as PARec's W_pos")
             return _FACT_HINTS[key]
     return None
 
@@ -378,15 +390,26 @@ def check_in_fparec(factorized_logits, positional_attention=None, tol: float = 1
     allows for the library's soft cap of the logits (``30 tanh(x / 30)``, which the exercise leaves out).
     """
     name = getattr(factorized_logits, "__name__", "factorized_logits")
-    call_learner(factorized_logits, factorized_cases()[0], name, FACTORIZED_LIBRARY)  # ExerciseNotDone if stub
+    yours = []
+    try:
+        call_learner(factorized_logits, factorized_cases()[0], name, FACTORIZED_LIBRARY)
+        yours.append(f"`{name}`")
+    except ExerciseNotDone:
+        if positional_attention is None:
+            raise
+        factorized_logits = reference_factorized_logits
     if positional_attention is not None:
         try:
             call_learner(positional_attention, positional_cases()[0], "positional_attention", PA_LIBRARY)
-        except NotImplementedError:
-            print("(exercise 1 is not done yet: using the library's positional attention with your factorized_logits)")
+            yours.append("`positional_attention`")
+        except ExerciseNotDone:
             positional_attention = None
+    if not yours:
+        raise ExerciseNotDone(not_done_message(name, FACTORIZED_LIBRARY))
     if positional_attention is None:
         positional_attention = reference_positional_attention
+    if len(yours) == 1:
+        print(f"(only {yours[0]} is yours: the other exercise is not done yet, so the library's version stands in)")
     try:
         diffs = compare_in_fparec(factorized_logits, positional_attention)
     except Exception as exc:  # noqa: BLE001 - any error of the learner's code is reported, not raised
@@ -400,8 +423,9 @@ def check_in_fparec(factorized_logits, positional_attention=None, tol: float = 1
              "of earlier positions. Run check_positional_attention: it finds the leak")
     expect(not bad, f"your functions inside FPARec differ from the library by more than {tol:g}: {bad}. Run the "
                     "checks of exercises 1 and 2 first: they explain the first difference")
-    passed("a 2-layer FPARec built on your functions gives the library's hidden states and weights, lets nothing "
-           "leak from later items, and gives the same result on a trimmed window (positions counted from the right).")
+    passed(f"a 2-layer FPARec built on your {' and '.join(yours)} gives the library's hidden states and weights, lets "
+           "nothing leak from later items, and gives the same result on a trimmed window (positions counted from the "
+           "right).")
 
 
 __all__ = ["check_positional_attention", "check_factorized_logits", "check_in_fparec", "compare_in_fparec",
