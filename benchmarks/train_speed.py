@@ -83,6 +83,8 @@ def synchronize(device: torch.device) -> None:
     """Wait for the GPU's queued kernels, so that a wall-clock time covers the work."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse.Namespace,
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['variant']} | {r['first_epoch']:.1f} | {r['s_per_epoch']:.1f} | "
+        lines.append(f"| {r['variant']} | {r['first_epoch']:.1f} | {r['s_per_epoch']:.2f} | "
                      f"{ref / r['s_per_epoch']:.2f}x | {r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
     publish_table(lines, args.out, commit=commit, device=device)
     return 0

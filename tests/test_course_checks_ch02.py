@@ -148,5 +148,16 @@ def test_attention_with_dot_t_on_batched_keys_is_told_to_transpose_the_last_two(
 def test_a_numpy_causal_mask_is_refused_with_the_reason():
     import numpy as np
 
-    with pytest.raises(CheckFailed, match="returned a ndarray; return a torch tensor"):
+    with pytest.raises(CheckFailed, match="returned a value of type ndarray; return a torch tensor"):
         ch02.check_causal_mask(lambda L: np.tril(np.ones((L, L), dtype=bool)))
+
+
+def test_an_unrelated_error_gets_no_dot_t_hint_from_a_comment():
+    def wrong_dim(q, k, v, allowed):
+        # k.T would reverse all four dimensions, so transpose the last two
+        w = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~allowed, float("-inf")), dim=3.5)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed) as failure:
+        ch02.check_attention(wrong_dim)
+    assert "raised TypeError" in str(failure.value) and "`.T`" not in str(failure.value)

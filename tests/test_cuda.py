@@ -20,7 +20,9 @@ from tutorial_lib.training import Trainer, TrainConfig
 from tutorial_lib.utils import resolve_device
 
 DEVICE = torch.device(os.environ.get("SEQREC_TEST_DEVICE", "cuda"))
-pytestmark = pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(), reason="needs a CUDA GPU")
+_AVAILABLE = {"cuda": torch.cuda.is_available(), "cpu": True,
+              "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())}
+pytestmark = pytest.mark.skipif(not _AVAILABLE.get(DEVICE.type, False), reason=f"needs a {DEVICE.type} device")
 MAX_LEN = 10
 #: one model per attention family (the mixed-precision and training tests; every model is compared above)
 FAMILIES = ["sasrec", "lightsans", "lightsans-ape", "parec", "fparec", "pattern-exponential", "locker-conv",
@@ -46,8 +48,9 @@ def config(**kw):
     return TrainConfig(**{"epochs": 3, "batch_size": 32, "lr": 1e-2, "device": str(DEVICE), **kw})
 
 
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="'auto' prefers CUDA; this run tests another device")
 def test_auto_picks_the_gpu():
-    assert resolve_device("auto").type == DEVICE.type
+    assert resolve_device("auto").type == "cuda"
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -77,10 +80,9 @@ def test_the_evaluator_ranks_the_same_on_both_devices(tiny_split):
     model = small_model(tiny_split)
     Trainer(model, tiny_split, config(epochs=2)).fit()
     evaluator = Evaluator(tiny_split, MAX_LEN)
-    on_gpu = evaluator.evaluate(model.to(DEVICE), "test")
-    on_cpu = evaluator.evaluate(model.cpu(), "test")
-    for k, v in on_cpu.items():
-        assert on_gpu[k] == pytest.approx(v, abs=2e-3), k      # a tie broken by the last bit moves one user
+    on_gpu = evaluator.ranks(model.to(DEVICE), "test").cpu()
+    on_cpu = evaluator.ranks(model.cpu(), "test")
+    assert int((on_gpu != on_cpu).sum()) <= 1       # a near-tie decided by the last bit may move one user
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
@@ -130,8 +132,10 @@ def test_resume_on_the_gpu_continues_the_same_run(tiny_split, tmp_path, monkeypa
     """Crash after epoch 2, resume: the GPU's dropout masks continue from the saved device generator, so
     the resumed run ends where an uninterrupted one does. GPU kernels need not be bitwise repeatable
     (atomic adds in some backward passes), so the bar is the difference between two uninterrupted runs."""
-    straight = [small_model(tiny_split, dropout=0.3) for _ in range(2)]
-    results = [Trainer(m, tiny_split, config(epochs=4, patience=10)).fit() for m in straight]
+    straight, results = [], []
+    for _ in range(2):              # built and trained in turn: each starts from the same seeded generators
+        straight.append(small_model(tiny_split, dropout=0.3))
+        results.append(Trainer(straight[-1], tiny_split, config(epochs=4, patience=10)).fit())
     noise = max_difference(*straight)
 
     ckpt = tmp_path / "run.pt"

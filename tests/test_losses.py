@@ -65,10 +65,15 @@ def test_auto_chunks_are_small_on_a_cpu_and_large_on_a_gpu():
     assert ce_chunk_rows(None, gpu, 3416) is None and ce_chunk_rows(64, gpu, 3416) == 64
 
 
-@pytest.mark.parametrize("bad", [0, -4, 2.5, "all", True])
+@pytest.mark.parametrize("bad", [0, -4, 2.5, "all", True, np.int64(0)])
 def test_a_bad_ce_chunk_is_refused(bad):
     with pytest.raises(ConfigError, match="ce_chunk"):
         TrainConfig(ce_chunk=bad)
+
+
+def test_a_numpy_integer_ce_chunk_becomes_a_plain_int():
+    chunk = TrainConfig(ce_chunk=np.int64(64)).ce_chunk
+    assert chunk == 64 and type(chunk) is int
 
 
 def test_full_ce_gradient_scales_with_upstream_gradient():

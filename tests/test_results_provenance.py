@@ -46,6 +46,12 @@ def test_a_copy_without_git_history_names_its_commit_in_the_environment(tmp_path
     assert results.git_commit() == "unknown"
     monkeypatch.setenv("SEQREC_COMMIT", "09506cb3f2")
     assert results.git_commit() == "09506cb3f2"
+    (tmp_path / "code.py").write_text("x = 1\n")           # a real checkout: git wins over the variable
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "init")
+    real = results.git_commit()
+    assert real != "09506cb3f2" and len(real) == 10
 
 
 def test_a_process_records_the_commit_it_started_from(tmp_path, monkeypatch):

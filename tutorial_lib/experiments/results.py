@@ -49,9 +49,14 @@ def git_commit() -> str:
     (:data:`NOT_CODE`) have uncommitted changes.
 
     A copy of the code without its git history (a container, a rented GPU machine) names the commit it was
-    copied from in the environment variable ``SEQREC_COMMIT``; that value is used as it is."""
-    if os.environ.get("SEQREC_COMMIT"):
+    copied from in the environment variable ``SEQREC_COMMIT``; that value is used only where git cannot tell."""
+    commit = _git_commit()
+    if commit == "unknown" and os.environ.get("SEQREC_COMMIT"):
         return os.environ["SEQREC_COMMIT"]
+    return commit
+
+
+def _git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=project_root(),
                               capture_output=True, text=True, timeout=10)

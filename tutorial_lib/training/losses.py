@@ -62,6 +62,7 @@ class ChunkedSoftmaxCE(torch.autograd.Function):
 #: rows per chunk of the full cross-entropy on a CPU: a (128, n_items) block of logits stays in cache
 CPU_CE_CHUNK = 128
 #: logits per chunk on a GPU (256 MiB in float32): ML-1M's batches fit in one chunk, large catalogues stay bounded
+#: (above 2**26 / 128 = 524,288 items the 128-row floor makes chunks larger than this)
 GPU_CE_LOGITS = 2**26
 
 
@@ -70,7 +71,8 @@ def ce_chunk_rows(setting: int | str | None, device: torch.device, n_items: int)
 
     ``"auto"``: 128 rows on a CPU, where the chunked loss is about 2x faster than the plain one because each
     block of logits stays in cache; on a GPU as many rows as keep a chunk under :data:`GPU_CE_LOGITS` logits,
-    because there each chunk costs a dozen kernel launches and a GPU needs large blocks to be busy (ML-1M,
+    because there each chunk costs a dozen kernel launches and a GPU needs large blocks to be busy (measured on
+    an H100 only; MPS and other accelerators take the same rule, unmeasured) (ML-1M,
     batch 128, H100: 2.0 s per epoch in chunks of 128 against 0.5 s unchunked;
     results/benchmarks/train_speed_h100.md). An int or ``None`` (no chunks) is used as it is.
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -132,8 +133,9 @@ class TrainConfig:
             raise ConfigError(f"time_budget (seconds of training) must be >= 0, got {self.time_budget}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
-        if not (self.ce_chunk is None or self.ce_chunk == "auto"
-                or (isinstance(self.ce_chunk, int) and not isinstance(self.ce_chunk, bool) and self.ce_chunk >= 1)):
+        if isinstance(self.ce_chunk, numbers.Integral) and not isinstance(self.ce_chunk, bool):
+            self.ce_chunk = int(self.ce_chunk)               # numpy integers too; a plain int in checkpoints
+        if not (self.ce_chunk is None or self.ce_chunk == "auto" or (type(self.ce_chunk) is int and self.ce_chunk >= 1)):
             raise ConfigError(f"ce_chunk must be 'auto', None (no chunks) or rows per chunk >= 1, "
                               f"got {self.ce_chunk!r}")
         self.betas = tuple(self.betas)

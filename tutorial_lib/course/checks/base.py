@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import inspect
 import io
-import re
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,7 +231,7 @@ def _explain_arrays(a: np.ndarray, e: np.ndarray, name: str, atol: float, rtol: 
     n_wrong, first = int(wrong.sum()), tuple(np.argwhere(wrong)[0])
     lines = [f"{name}: values differ at {n_wrong} of {a.size} positions; first at index {_fmt_index(first)}: "
              f"yours {_fmt_value(a[first])}, expected {_fmt_value(e[first])}"]
-    if a.dtype.kind in "iub" and e.dtype.kind == "f":
+    if a.dtype.kind in "iu" and e.dtype.kind == "f" and np.array_equal(a[wrong], np.trunc(e[wrong])):
         lines.append(f"yours are {_kind(a)} ({a.dtype}) where floats are expected: did an integer cast "
                      "(`.long()`, `int(...)`, `//`) drop the fractions?")
     masking = _masking_hint(a, e, wrong)
@@ -296,7 +295,8 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
     """Call ``fn`` on a deep copy of the case's arguments; translate its exceptions into check outcomes."""
     args, kwargs = copy.deepcopy(case.args), copy.deepcopy(case.kwargs)
     try:
-        result = fn(*args, **kwargs)
+        with _watch_dot_t() as dot_t:
+            result = fn(*args, **kwargs)
     except NotImplementedError as exc:
         raised_in = traceback.extract_tb(exc.__traceback__)[-1].name
         if raised_in not in (name, "<lambda>") and not raised_in.startswith("_"):   # a helper it calls
@@ -310,7 +310,7 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
         raise CheckFailed(
             f"`{name}` raised {type(exc).__name__}: {exc}\n"
             f"while computing {case.call_text(name)}{' (' + case.label + ')' if case.label else ''}.\n"
-            "The traceback above shows the line of your code where it happened." + _dot_t_hint(fn, args)
+            "The traceback above shows the line of your code where it happened." + (DOT_T_HINT if dot_t else "")
         ) from exc
     for i, (before, after) in enumerate(zip(case.args, args)):
         if _mutated(before, after):
@@ -323,19 +323,32 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
     return result
 
 
-def _dot_t_hint(fn: Callable, args: Sequence[Any]) -> str:
-    """A hint when ``fn``'s source uses ``.T`` and an argument has more than 2 dimensions (``.T`` then reverses
-    all of them, which is rarely what matrix code means), else ``""``."""
-    if not any(getattr(a, "ndim", 0) > 2 for a in args):   # tensors and arrays
-        return ""
+#: the start of torch's warning for ``.T`` on a tensor that is not 2-D
+DOT_T_WARNING = "The use of `x.T` on tensors of dimension other than 2"
+DOT_T_HINT = ("\nHint: your code uses `.T` on a tensor with more than 2 dimensions: `.T` reverses ALL of them. "
+              "To transpose the last two, write `.transpose(-2, -1)` (or `.mT`).")
+
+
+@contextlib.contextmanager
+def _watch_dot_t():
+    """Record whether torch warned about ``.T`` on a non-2-D tensor inside the block (yields a list that gets
+    ``True`` appended); every warning is passed on as it would have been."""
+    import torch
+
+    seen: list[bool] = []
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)          # torch gives this warning once per process; a second attempt needs it too
     try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return ""
-    if not re.search(r"\.T\b", source):
-        return ""
-    return ("\nHint: your code uses `.T`, and some inputs here have more than 2 dimensions: `.T` reverses ALL "
-            "of them. To transpose the last two, write `.transpose(-2, -1)` (or `.mT`).")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield seen
+            finally:
+                seen.extend(True for w in caught if DOT_T_WARNING in str(w.message))
+    finally:
+        torch.set_warn_always(warn_always)
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _explain_result(result: Any, expected: Any, output_names: Sequence[str] | None, atol: float,
@@ -399,7 +412,8 @@ def check_function(
         if msg:
             label = f" ({case.label})" if case.label else ""
             text = [f"`{name}` differs from the library's version for\n    {case.call_text(name)}{label}", msg]
-            extra = diagnose(case, result, expected) if diagnose is not None and result is not None else None
+            has_none = result is None or (isinstance(result, (tuple, list)) and any(x is None for x in result))
+            extra = diagnose(case, result, expected) if diagnose is not None and not has_none else None
             if extra:   # the specific diagnosis replaces the generic guess about masking, which would mislead
                 text[1] = "\n".join(line for line in msg.split("\n") if not line.startswith(MASKING_GUESS))
                 text.append(f"Hint: {extra}")

@@ -161,7 +161,8 @@ def check_attention(attention) -> None:
 def _as_bool_mask(mask, L: int, name: str) -> torch.Tensor:
     if mask is None:
         fail(f"`{name}({L})` returned None; did you forget the `return` statement?")
-    expect(isinstance(mask, torch.Tensor), f"`{name}({L})` returned a {type(mask).__name__}; return a torch tensor "
+    expect(isinstance(mask, torch.Tensor), f"`{name}({L})` returned a value of type {type(mask).__name__}; "
+                                            "return a torch tensor "
                                             "(the attention code combines it with tensors: `&`, masked_fill), e.g. "
                                             "torch.ones(L, L, dtype=torch.bool).tril()")
     m = mask

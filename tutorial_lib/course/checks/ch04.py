@@ -180,10 +180,15 @@ def _diagnose_pa(case: Case, yours, expected, learner=None) -> str | None:
     if w.shape == tuple(exp_w.shape):
         wrong_rows = ~np.isclose(w, to_numpy(exp_w), atol=1e-5).all(-1)          # (B, H, L)
         if wrong_rows.any() and not (wrong_rows & valid[:, None, :]).any():
-            return ("only the rows of padding queries differ, and every real query is right. Here each row of the "
-                    "weights must sum to 1 (the docstring): let every position always see itself (| torch.eye(L, "
-                    "dtype=torch.bool)) instead of replacing NaN rows by zeros. Notebook 03's check accepted either; "
-                    "this one compares every row")
+            fix = ("let every position always see itself (| torch.eye(L, dtype=torch.bool)) and hide the other keys "
+                   "with -inf")
+            if np.allclose(w[wrong_rows], 0.0):
+                return ("only the rows of padding queries differ, and every real query is right. Here each row of "
+                        f"the weights must sum to 1 (the docstring): {fix}, instead of replacing NaN rows by zeros. "
+                        "Notebook 03's check accepted either; this one compares every row")
+            return ("only the rows of padding queries differ, and every real query is right: a padding query that "
+                    "sees no key spreads its weight over hidden keys when they are filled with a finite number "
+                    f"(-1e9) rather than -inf. {fix}")
     found = _matching_mistakes(case, yours)
     if len(found) > 1 and learner is not None:
         # a simple case cannot tell some mistakes apart (all logits 0): try a case that separates them
