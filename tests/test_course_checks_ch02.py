@@ -47,7 +47,7 @@ def test_stub_is_reported_without_raising(check, capsys):
 
 
 def test_attention_without_its_weights_is_told_to_return_them():
-    with pytest.raises(CheckFailed, match="`weights` is None: return it too"):
+    with pytest.raises(CheckFailed, match="`weights` is None: return a value for it too"):
         ch02.check_attention(lambda q, k, v, allowed: (attention(q, k, v, allowed)[0], None))
 
 

@@ -98,6 +98,7 @@ def test_unpaired_standard_error_gets_the_pairing_hint():
     (lambda a, b: (lambda d: (d.mean(), d.std() / math.sqrt(len(d)), d.mean() / (d.std() / math.sqrt(len(d)))))(
         np.subtract(a, b)), "n - 1"),
     (lambda a, b: (*paired_t(a, b)[:2], 1.0), "t = mean_diff / std_err"),
+    (lambda a, b: (*paired_t(a, b)[:2], abs(paired_t(a, b)[2])), "WORSE"),          # the sign of t dropped
 ])
 def test_paired_t_mistakes_get_their_hint(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):

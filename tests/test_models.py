@@ -254,6 +254,12 @@ def test_unknown_option_lists_valid_options(name):
         assert opt in msg
 
 
+def test_text_for_a_number_option_is_refused_with_its_name():
+    """`--option d_model=abc` reaches build_model as a string; it used to fail deep inside with a TypeError."""
+    with pytest.raises(ConfigError, match="option 'd_model' of model 'sasrec' expects a number"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, d_model="abc")
+
+
 def test_sasrec_bad_settings():
     with pytest.raises(ConfigError, match="divisible"):
         build_model("sasrec", N_ITEMS, MAX_LEN, d_model=10, n_heads=3)

@@ -71,6 +71,11 @@ def build_model(name: str, n_items: int, max_len: int, n_users: int | None = Non
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}; valid options: {sorted(valid)}")
+    for key, value in options.items():   # a number option given text (`--option d_model=abc`) fails deep inside
+        default = valid[key]
+        if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str):
+            raise ConfigError(f"option {key!r} of model {entry.name!r} expects a number (default {default!r}), "
+                              f"got {value!r}")
     if "n_users" in valid and n_users is not None:
         options["n_users"] = n_users
     return entry.builder(n_items=n_items, max_len=max_len, **options)

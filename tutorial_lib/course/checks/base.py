@@ -217,9 +217,13 @@ def _explain_arrays(a: np.ndarray, e: np.ndarray, name: str, atol: float, rtol: 
         a64, e64 = a.astype(wide), e.astype(wide)
         bad_nan = np.isnan(a64) & ~np.isnan(e64)
         if bad_nan.any():
+            if a.ndim == 0:
+                return (f"{name}: yours is NaN, expected {_fmt_value(e[()])} (a division by zero, or a NaN among the "
+                        "inputs that should have been left out?)")
             idx = tuple(np.argwhere(bad_nan)[0])
-            return (f"{name}: NaN at {int(bad_nan.sum())} position(s), first at index {_fmt_index(idx)} "
-                    "(a division by zero, or a softmax over a row that is entirely -inf?)")
+            guess = "a division by zero, or a softmax over a row that is entirely -inf?" if a.ndim >= 2 else \
+                "a division by zero, or a NaN among the inputs?"
+            return f"{name}: NaN at {int(bad_nan.sum())} position(s), first at index {_fmt_index(idx)} ({guess})"
         same = np.isclose(a64, e64, atol=atol, rtol=rtol, equal_nan=True)
     else:
         same = a == e
@@ -357,7 +361,8 @@ def _explain_result(result: Any, expected: Any, output_names: Sequence[str] | No
             and len(result) == len(expected) == len(output_names)):
         for out_name, r, e in zip(output_names, result, expected):
             if r is None and e is not None:
-                return f"`{out_name}` is None: return it too (the function returns {', '.join(output_names)})"
+                return (f"`{out_name}` is None: return a value for it too, NaN where it is undefined (the function "
+                        f"returns {', '.join(output_names)})")
             msg = explain_difference(r, e, f"`{out_name}`", atol, rtol)
             if msg:
                 return msg

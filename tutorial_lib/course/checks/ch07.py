@@ -109,7 +109,9 @@ def paired_t_cases() -> list[Case]:
         Case((a_users, users), label="200 users: per-user NDCG of two models"),
         Case((np.array([0.40, 0.10, 0.70, 0.25, 0.55]), np.array([0.38, 0.05, 0.69, 0.20, 0.52])),
              label="pairs that differ a lot between each other but little within a pair"),
+        Case(([0.10, 0.11, 0.09], [0.12, 0.12, 0.12]), label="the first method is WORSE: mean_diff and t are negative"),
         Case(([0.5, 0.75, 0.25], [0.25, 0.5, 0.0]), label="every difference is 0.25: std_err = 0, so t = inf"),
+        Case(([0.25, 0.5, 0.0], [0.5, 0.75, 0.25]), label="every difference is -0.25: std_err = 0, so t = -inf"),
         Case(([0.5, 0.75], [0.5, 0.75]), label="no difference at all: std_err = 0 and mean 0, so t = nan"),
     ]
 
