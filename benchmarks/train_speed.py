@@ -33,7 +33,7 @@ from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.experiments.results import git_commit, publish_table
 from tutorial_lib.models import build_model
 from tutorial_lib.training import TrainConfig, Trainer
-from tutorial_lib.utils import resolve_device, seed_everything
+from tutorial_lib.utils import resolve_device, seed_everything, synchronize
 
 
 def plain_epoch(model: torch.nn.Module, split: LeaveOneOutSplit, opt: torch.optim.Optimizer, batch_size: int,
@@ -77,14 +77,6 @@ def use_torch_dropout(model: torch.nn.Module) -> torch.nn.Module:
             if isinstance(child, Dropout):
                 setattr(parent, name, torch.nn.Dropout(child.p))
     return model
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for the GPU's queued kernels, so that a wall-clock time covers the work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse.Namespace,

@@ -21,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..data.split import LeaveOneOutSplit
 from ..models import build_model
+from ..utils.device import synchronize
 
 
 def _register_cpu_sdpa_flops() -> None:
@@ -105,13 +106,12 @@ def measure(name: str, length: int, args: Namespace, device: torch.device) -> di
     times = []
     for _ in range(args.repeats):
         x.grad = None
+        synchronize(device)
         if device.type == "cuda":
-            torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
         step().float().square().mean().backward()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronize(device)
         times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else None
     return {"model": name, "L": length, "ms": 1000 * statistics.median(times), "activation_mib": act_bytes / 2**20,

@@ -135,7 +135,8 @@ class TrainConfig:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
         if isinstance(self.ce_chunk, numbers.Integral) and not isinstance(self.ce_chunk, bool):
             self.ce_chunk = int(self.ce_chunk)               # numpy integers too; a plain int in checkpoints
-        if not (self.ce_chunk is None or self.ce_chunk == "auto" or (type(self.ce_chunk) is int and self.ce_chunk >= 1)):
+        rows_ok = type(self.ce_chunk) is int and self.ce_chunk >= 1
+        if not (self.ce_chunk is None or self.ce_chunk == "auto" or rows_ok):
             raise ConfigError(f"ce_chunk must be 'auto', None (no chunks) or rows per chunk >= 1, "
                               f"got {self.ce_chunk!r}")
         self.betas = tuple(self.betas)

@@ -1,6 +1,6 @@
 """Small helpers shared by every stage: device choice, seeding, atomic file writes."""
-from .device import resolve_device
+from .device import resolve_device, synchronize
 from .io import atomic_write_bytes, atomic_write_text
 from .seeding import seed_everything
 
-__all__ = ["resolve_device", "seed_everything", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["resolve_device", "synchronize", "seed_everything", "atomic_write_bytes", "atomic_write_text"]

@@ -30,3 +30,12 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
         return torch.device(name)
     except RuntimeError as exc:
         raise ConfigError(f"unknown device {device!r}; use 'auto', 'cpu', 'cuda' or 'mps'") from exc
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the kernels queued on ``device`` (CUDA, MPS), so that a wall-clock time covers the work; a no-op
+    on the CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
