@@ -72,6 +72,19 @@ def test_lr_decay_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, caps
     assert "lr_decay" in capsys.readouterr().err
 
 
+def test_resuming_a_finished_run_does_not_append_its_row_twice(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--epochs", "1") == 0
+    first = read_runs(tmp_path / "runs.csv")
+    assert len(first) == 1
+    capsys.readouterr()
+    assert train(tmp_path, "--epochs", "1", "--resume") == 0
+    assert "nothing appended" in capsys.readouterr().out
+    assert read_runs(tmp_path / "runs.csv") == first
+    assert train(tmp_path, "--epochs", "1") == 0        # a fresh run (no --resume) is asked for: it gets its row
+    assert len(read_runs(tmp_path / "runs.csv")) == 2
+
+
 def test_windows_flag_reaches_the_row(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--windows", "random", "--max-len", "4", "--epochs", "1") == 0

@@ -188,7 +188,7 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.results import (append_runs, curve_path, default_results_path, process_commit, project_root,
-                                      write_curve)
+                                      read_runs, write_curve)
     from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
 
     process_commit()  # pinned before training starts
@@ -228,6 +228,11 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         rows = result.rows(command)
         path = Path(args.results or default_results_path())
         curve = curve_path(path, spec.tag(), spec.run_id())
+        recorded = {(r.get("run_id"), r.get("protocol")) for r in read_runs(path)}
+        if args.resume and all((row["run_id"], row["protocol"]) in recorded for row in rows):
+            # --resume on a run that had already finished: its rows are there; a second copy would count it twice
+            print(f"run {spec.run_id()} already has its row(s) in {path}; nothing appended")
+            return 0
         write_curve(tr.history, curve)
         append_runs(rows, path)   # last and in one write, as the benchmark runner does
         print(f"appended {len(rows)} row(s) to {path}; training curve in {curve}")
