@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -162,9 +163,13 @@ def test_a_run_another_live_process_trains_is_skipped_and_a_dead_one_s_lock_is_t
     results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
     ckpts.mkdir()
     lock = bm.checkpoint_path(specs[0], ckpts).with_suffix(".lock")
-    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])   # "another invocation"
+    holder = ("import sys, time\nfrom pathlib import Path\nfrom tutorial_lib.experiments.benchmark import claim_run\n"
+              "held = claim_run(Path(sys.argv[1]))\nprint('held' if held else 'refused', flush=True)\ntime.sleep(60)\n")
+    trainer = subprocess.Popen([sys.executable, "-c", holder, str(bm.checkpoint_path(specs[0], ckpts))],
+                               stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[1])
     try:
-        lock.write_text(str(trainer.pid))
+        assert trainer.stdout.readline().strip() == "held"          # "another invocation" trains the run
+        assert lock.read_text() == str(trainer.pid)
         messages = []
         final = bm.run_benchmark(specs, "x", results=results, checkpoints=ckpts, log=messages.append)
         assert final[0].state == "pending" and "another process is training it" in messages[0]
@@ -172,7 +177,28 @@ def test_a_run_another_live_process_trains_is_skipped_and_a_dead_one_s_lock_is_t
     finally:
         trainer.kill()
         trainer.wait()
+        trainer.stdout.close()
+    assert lock.exists()                                             # it died holding the lock: the file stays
     final = bm.run_benchmark(specs, "x", results=results, checkpoints=ckpts, log=lambda m: None)
-    assert final[0].state == "done" and not lock.exists()            # the dead process's lock was taken over
-    assert bm.claim_run(ckpts / "other.pt") == ckpts / "other.lock"   # and a fresh claim writes our pid
-    assert (ckpts / "other.lock").read_text() == str(os.getpid())
+    assert final[0].state == "done" and not lock.exists()            # the dead process's run was taken over
+
+
+def test_a_claim_writes_our_pid_refuses_a_second_claim_and_is_free_again_after_release(tmp_path):
+    held = bm.claim_run(tmp_path / "run.pt")
+    assert held is not None and held.path == tmp_path / "run.lock"
+    assert held.path.read_text() == str(os.getpid())
+    assert bm.claim_run(tmp_path / "run.pt") is None                 # flock: a second open file is refused too
+    held.release()
+    held.release()                                                   # twice is harmless
+    assert not held.path.exists()
+    again = bm.claim_run(tmp_path / "run.pt")
+    assert again is not None
+    again.release()
+
+
+def test_a_lock_file_left_without_a_holder_is_taken_whatever_it_says(tmp_path):
+    for text in ("", "not a pid", str(os.getpid()), "1"):           # empty, garbage, a live pid, init's pid
+        (tmp_path / "run.lock").write_text(text)
+        held = bm.claim_run(tmp_path / "run.pt")
+        assert held is not None and held.path.read_text() == str(os.getpid())
+        held.release()

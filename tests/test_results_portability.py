@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tutorial_lib.experiments.results import read_runs
 
 
@@ -31,57 +33,34 @@ def test_appends_under_the_lock_from_two_processes_keep_every_row(tmp_path):
     assert seeds == sorted([100 + i for i in range(20)] + [200 + i for i in range(20)])
 
 
-class _FakeFunction:
-    """A ctypes foreign function stand-in: records argtypes/restype, returns what ``impl`` returns."""
+class _FakeMsvcrt:
+    """``msvcrt.locking`` for one byte: ``held`` says whether another process has it."""
+    LK_UNLCK, LK_LOCK, LK_NBLCK = 0, 1, 2
 
-    def __init__(self, impl):
-        self.impl, self.argtypes, self.restype = impl, None, None
+    def __init__(self, held):
+        self.held, self.calls = held, []
 
-    def __call__(self, *args):
-        return self.impl(*args)
-
-
-class _FakeKernel32:
-    """The three kernel32 calls `_process_alive_windows` makes, for a process table {pid: exit code}."""
-
-    def __init__(self, table, denied=()):
-        import ctypes
-
-        self.closed = []
-        self.last_error = 0
-
-        def open_process(access, inherit, pid):
-            if pid in denied:
-                self.last_error = 5          # ERROR_ACCESS_DENIED
-                return None
-            if pid not in table:
-                self.last_error = 87         # ERROR_INVALID_PARAMETER: no such process
-                return None
-            return 2**40 + pid               # a handle above 32 bits
-
-        def exit_code(handle, code_ref):
-            ctypes.cast(code_ref, ctypes.POINTER(ctypes.c_ulong)).contents.value = table[handle - 2**40]
-            return 1
-
-        self.OpenProcess = _FakeFunction(open_process)
-        self.GetExitCodeProcess = _FakeFunction(exit_code)
-        self.CloseHandle = _FakeFunction(lambda handle: self.closed.append(handle) or 1)
+    def locking(self, fd, mode, nbytes):
+        self.calls.append(mode)
+        if mode != self.LK_UNLCK and self.held:
+            raise OSError(36, "Resource deadlock avoided")   # what Windows raises for a region locked elsewhere
 
 
-def test_the_windows_liveness_check_reads_the_exit_code_and_closes_the_handle(monkeypatch):
-    """Windows: a running process (STILL_ACTIVE = 259) is alive, an exited one or an unknown id is not, one we may
-    not open exists; every handle is closed; handles are declared pointer-sized."""
-    import ctypes
+def test_the_windows_lock_refuses_without_waiting_and_raises_when_a_wait_times_out(tmp_path, monkeypatch):
+    """Windows: a non-blocking lock on a byte held elsewhere answers False; a blocking one that gives up after its
+    10 s raises (the results file must not be written unlocked); the lock always covers the first byte."""
+    from tutorial_lib.utils import locks
 
-    from tutorial_lib.experiments.benchmark import _process_alive_windows
-
-    fake = _FakeKernel32({10: 259, 11: 0}, denied={12})
-    monkeypatch.setattr(ctypes, "WinDLL", lambda name, use_last_error=False: fake, raising=False)
-    monkeypatch.setattr(ctypes, "get_last_error", lambda: fake.last_error, raising=False)
-    assert _process_alive_windows(10) is True
-    assert _process_alive_windows(11) is False
-    assert _process_alive_windows(12) is True
-    assert _process_alive_windows(13) is False
-    assert fake.closed == [2**40 + 10, 2**40 + 11]
-    assert fake.OpenProcess.restype is ctypes.c_void_p
-    assert fake.CloseHandle.argtypes == [ctypes.c_void_p]
+    monkeypatch.setattr(locks.os, "name", "nt")
+    with open(tmp_path / "f.lock", "a+") as fh:
+        fh.write("123")
+        monkeypatch.setitem(sys.modules, "msvcrt", _FakeMsvcrt(held=True))
+        assert locks.lock_file(fh, blocking=False) is False and fh.tell() == 0
+        with pytest.raises(OSError):
+            locks.lock_file(fh, blocking=True)
+        free = _FakeMsvcrt(held=False)
+        monkeypatch.setitem(sys.modules, "msvcrt", free)
+        assert locks.lock_file(fh, blocking=False) is True
+        fh.seek(2)
+        locks.unlock_file(fh)
+        assert fh.tell() == 0 and free.calls == [free.LK_NBLCK, free.LK_UNLCK]

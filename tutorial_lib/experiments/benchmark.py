@@ -10,8 +10,8 @@
 * **Resumable**: a run whose ``run_id`` already has a row in ``results/runs.csv`` is finished and skipped;
   an interrupted one continues from its checkpoint in ``runs/benchmark/`` (saved after every epoch).
 * **Parallel invocations** may share the results file and the checkpoints: a run is checked against the results
-  just before it starts, and a run being trained holds ``<checkpoint>.lock`` (its process id), which other
-  invocations skip; a lock whose process is gone is taken over.
+  just before it starts, and a run being trained holds an operating-system lock on ``<checkpoint>.lock``, which
+  other invocations skip; the system drops the lock of a process that dies, so its run is taken over.
 * **Time budget**: no run starts after the budget is spent, and the running one pauses at the end of its
   epoch (its checkpoint keeps everything; the next invocation resumes it). Only finished runs get a row.
 * **Trained models kept**: a finished run's checkpoint is deleted, and the weights it selected are kept in
@@ -21,13 +21,13 @@
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..utils.locks import HeldLock, try_hold
 from ..models.registry import get_model_entry
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
 from .run import ExperimentSpec, run_experiment
@@ -158,64 +158,16 @@ def summary(statuses: Sequence[RunStatus]) -> str:
     return "\n".join(lines)
 
 
-def _process_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine (it is not signalled or touched)."""
-    if os.name == "nt":
-        return _process_alive_windows(pid)
-    try:
-        os.kill(pid, 0)       # signal 0: only checks that the process exists
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # someone else's process
-        return True
-    return True
-
-
-def _process_alive_windows(pid: int) -> bool:
-    """Windows has no signal 0 (``os.kill`` would terminate the process): ask the kernel for its exit code."""
-    import ctypes
-
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    # a HANDLE is pointer-sized: without these, ctypes would pass and return it as a 32-bit int
-    kernel32.OpenProcess.restype = ctypes.c_void_p
-    kernel32.OpenProcess.argtypes = [ctypes.c_ulong, ctypes.c_int, ctypes.c_ulong]
-    kernel32.GetExitCodeProcess.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_ulong)]
-    kernel32.CloseHandle.argtypes = [ctypes.c_void_p]
-    handle = kernel32.OpenProcess(0x1000, False, pid)         # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
-        return ctypes.get_last_error() == 5                   # ERROR_ACCESS_DENIED: it exists, it is not ours
-    try:
-        code = ctypes.c_ulong()
-        return bool(kernel32.GetExitCodeProcess(handle, ctypes.byref(code))) and code.value == 259  # STILL_ACTIVE
-    finally:
-        kernel32.CloseHandle(handle)
-
-
 def lock_path(checkpoint: Path) -> Path:
     """``<checkpoint>.lock``: held by the process that trains the run."""
     return Path(checkpoint).with_suffix(".lock")
 
 
-def claim_run(checkpoint: Path) -> Path | None:
-    """Create ``<checkpoint>.lock`` holding this process id and return it; ``None`` when a live process on this
-    machine holds the lock already (it is training this run). A lock left by a process that died is taken over."""
-    lock = lock_path(checkpoint)
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = int(lock.read_text().strip())
-            except (OSError, ValueError):
-                holder = 0   # empty or half-written: treated as stale
-            if holder and holder != os.getpid() and _process_alive(holder):
-                return None
-            lock.unlink(missing_ok=True)
-            continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(str(os.getpid()))
-        return lock
-    return None
+def claim_run(checkpoint: Path) -> HeldLock | None:
+    """Hold ``<checkpoint>.lock`` (an operating-system lock; the file names this process id) and return it;
+    ``None`` when another live process holds it (it is training this run). The system drops the lock of a
+    process that dies, so a crashed invocation's run is simply taken over."""
+    return try_hold(lock_path(checkpoint))
 
 
 def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: float | None = None,
@@ -267,7 +219,7 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
             append_runs(result.rows(command), results)
             Path(st.checkpoint).unlink(missing_ok=True)
         finally:
-            lock.unlink(missing_ok=True)
+            lock.release()
         log(f"done: test HR@10 {result.test['hr@10']:.4f} NDCG@10 {result.test['ndcg@10']:.4f} "
             f"({result.train.epochs_run} epochs, {result.train.seconds_per_epoch:.1f} s/epoch, stopped: "
             f"{result.train.stop_reason})")

@@ -12,13 +12,13 @@ import platform
 import shlex
 import subprocess
 from collections.abc import Sequence
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from ..utils.io import atomic_write_text
+from ..utils.locks import locked
 
 RUN_COLUMNS = (
     "model", "dataset", "protocol", "loss", "seed", "hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr",
@@ -111,42 +111,6 @@ def hardware_description(device: torch.device) -> str:
     return f"{device.type}: {cpu} x{torch.get_num_threads()} threads"
 
 
-def _lock(fh) -> None:
-    """Take an exclusive lock on the open file ``fh`` (``flock`` on POSIX, ``msvcrt.locking`` on Windows)."""
-    if os.name == "nt":
-        import msvcrt
-
-        msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)   # retries for 10 s, then raises OSError
-    else:
-        import fcntl
-
-        fcntl.flock(fh, fcntl.LOCK_EX)
-
-
-def _unlock(fh) -> None:
-    if os.name == "nt":
-        import msvcrt
-
-        fh.seek(0)
-        msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
-    else:
-        import fcntl
-
-        fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-@contextmanager
-def _locked(path: Path):
-    """Hold an exclusive lock on ``<path>.lock`` while the block runs."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(path.suffix + ".lock"), "w") as lock:
-        _lock(lock)
-        try:
-            yield
-        finally:
-            _unlock(lock)
-
-
 def append_run(row: dict, path: str | Path | None = None) -> Path:
     """Append one row to the results CSV (atomically, under a file lock); returns the path.
 
@@ -162,7 +126,7 @@ def append_runs(rows: Sequence[dict], path: str | Path | None = None) -> Path:
     unknown = set().union(*(set(row) for row in rows)) - set(RUN_COLUMNS)
     if unknown:
         raise KeyError(f"unknown results columns: {sorted(unknown)}")
-    with _locked(path):
+    with locked(path):
         existing = path.read_text() if path.exists() else ""
         if existing and existing.splitlines()[0].split(",") != list(RUN_COLUMNS):
             existing = _migrate(existing)  # an older file: rewrite it under the current header
