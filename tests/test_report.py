@@ -332,6 +332,23 @@ def test_the_scorecard_prefers_a_run_trained_with_the_paper_s_learning_rate_deca
     assert cell()["reason"].startswith("ours: the run in the paper's setting, sasrec (bce, n_heads=1, lr_decay=3)")
 
 
+def test_a_ce_cell_says_when_it_uses_the_full_ce_run_the_main_table_does_not_show(tmp_path):
+    """On the sparse datasets the main table shows the benchmark's sampled-softmax runs; a paper that trained
+    with cross-entropy is compared with our full cross-entropy run, and the notes say so."""
+    path = tmp_path / "runs.csv"
+    like = {**ROW, "model": "sasrec", "dataset": "beauty", "protocol": "full", "max_len": 50}
+
+    def cell():
+        card = {(r["model"], r["metric"]): r for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))
+                if r["paper"] == "FPARec" and r["dataset"] == "beauty"}
+        return card[("sasrec", "hr@10")]
+
+    append_run({**like, "loss": "ce", "hr@10": 0.042, "run_id": "full-ce"}, path)
+    assert cell()["ours"] == 0.042 and "sampled-softmax" not in cell()["reason"]
+    append_run({**like, "loss": "sampled-ce", "hr@10": 0.038, "run_id": "sampled"}, path)
+    assert cell()["ours"] == 0.042 and "the full cross-entropy run, as in the paper" in cell()["reason"]
+
+
 def test_the_fparec_ml1m_cell_prefers_a_run_of_the_authors_script_and_says_when_it_has_none(tmp_path):
     """FPARec's Table 3 on ML-1M ran the released code at max_len 500, hidden size 50, one head."""
     path = tmp_path / "runs.csv"
