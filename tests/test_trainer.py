@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -276,6 +277,16 @@ def test_random_windows_refused_for_prefix_training(tiny_split):
     model = build_model("lightsans", tiny_split.n_items, MAX_LEN, d_model=16, n_layers=1, compat=True)
     with pytest.raises(ConfigError, match="every prefix"):
         Trainer(model, tiny_split, config(window_sampling="random"))
+
+
+def test_bucketing_a_model_that_pads_to_full_width_warns_that_it_does_nothing(tiny_split):
+    torch.manual_seed(0)
+    model = build_model("lightsans", tiny_split.n_items, MAX_LEN, d_model=16, n_layers=1, compat=True)
+    with pytest.warns(UserWarning, match="pads every input back to max_len"):
+        Trainer(model, tiny_split, config(bucketing=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(make_model(tiny_split), tiny_split, config(bucketing=True))   # a model that uses the trimmed width
 
 
 def test_bad_config():

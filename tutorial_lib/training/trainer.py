@@ -7,6 +7,7 @@ import math
 import numbers
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -208,6 +209,10 @@ class Trainer:
             raise ConfigError(f"window_sampling={self.config.window_sampling!r} needs a model trained on windows; "
                               f"this one is trained on every prefix (objective 'last'), which already covers "
                               f"the whole history: leave window_sampling at 'recent'")
+        if self.config.bucketing and getattr(model, "full_width", False):
+            warnings.warn("bucketing trims batches to their longest window, but this model pads every input back "
+                          "to max_len (the released LightSANs attention, compat=True): it costs nothing and saves "
+                          "nothing here; leave bucketing off", stacklevel=2)
         self.targets_per_batch = self._mean_targets_per_batch()
         self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
         self.ce_chunk = ce_chunk_rows(self.config.ce_chunk, self.device, split.n_items)
