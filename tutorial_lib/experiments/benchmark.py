@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..utils.locks import HeldLock, try_hold
 from ..models.registry import get_model_entry
+from ..utils.locks import HeldLock, try_hold
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
 from .run import ExperimentSpec, run_experiment
 
