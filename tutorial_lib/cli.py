@@ -227,12 +227,12 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         command = "python -m tutorial_lib " + shlex.join(argv)
         rows = result.rows(command)
         path = Path(args.results or default_results_path())
+        if args.resume:   # a run that had already finished has its rows there: a second copy would count it twice
+            recorded = {(r.get("run_id"), r.get("protocol")) for r in read_runs(path)}
+            if all((row["run_id"], row["protocol"]) in recorded for row in rows):
+                print(f"run {spec.run_id()} already has its row(s) in {path}; nothing appended")
+                return 0
         curve = curve_path(path, spec.tag(), spec.run_id())
-        recorded = {(r.get("run_id"), r.get("protocol")) for r in read_runs(path)}
-        if args.resume and all((row["run_id"], row["protocol"]) in recorded for row in rows):
-            # --resume on a run that had already finished: its rows are there; a second copy would count it twice
-            print(f"run {spec.run_id()} already has its row(s) in {path}; nothing appended")
-            return 0
         write_curve(tr.history, curve)
         append_runs(rows, path)   # last and in one write, as the benchmark runner does
         print(f"appended {len(rows)} row(s) to {path}; training curve in {curve}")
