@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -195,5 +196,10 @@ def test_notebook_times_runs_each_notebook_in_the_mode_asked(tmp_path):
     assert "02_other" not in table and "commit:" in table and "COURSE_MODE=smoke" in table
     executed = nbformat.read(keep / "01_lesson.ipynb", as_version=4)
     assert executed.cells[1].outputs[0]["text"] == "smoke\n"        # the kernel saw the mode
+    assert len(executed.cells) == 3                                 # the usage probe is not kept
+    if sys.platform != "win32":                                     # the kernel's own usage (POSIX resource)
+        cpu, peak = float(cells[6]), float(cells[7])
+        assert 0 <= cpu < 600 and 10 < peak < 100_000 and cells[8] == "—"   # this notebook never imports torch
+        assert "largest kernel peak memory" in table
     with pytest.raises(SystemExit, match="not in .*lessons: 03_missing.ipynb"):
         script.main(["03_missing", "--folder", str(folder)])
