@@ -1,4 +1,9 @@
-"""Course tooling: ``python -m tutorial_lib.course {build-notebooks,clean-solutions} [--check]``.
+"""Course tooling: ``python -m tutorial_lib.course {check,build-notebooks,clean-solutions}``.
+
+check             is this machine ready for the course? versions, Jupyter kernel, device, datasets, and one
+                  training epoch; exit status 1 when something the notebooks need is missing (for lab machines
+                  and server images: docs/instructors.md); --data-dir DIR looks for the datasets there,
+                  --no-train skips the training epoch
 
 build-notebooks   write notebooks/NN_name.ipynb (the student version) for every solutions/NN_name.ipynb;
                   --check writes nothing and exits 1 naming every notebook that differs
@@ -38,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    k = sub.add_parser("check", help="is this machine ready for the course? (exit status 1 if not)")
+    k.add_argument("--data-dir", type=Path, default=None,
+                   help="where to look for the datasets (default: $SEQREC_DATA_DIR, then data/cache/)")
+    k.add_argument("--no-train", action="store_true", help="skip the one-epoch training check")
     b = sub.add_parser("build-notebooks", help="generate notebooks/ from solutions/")
     c = sub.add_parser("clean-solutions", help="normalise solutions/*.ipynb in place")
     for p in (b, c):
@@ -87,9 +96,19 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .preflight import report, run_checks
+
+    text, status = report(run_checks(args.data_dir, train=not args.no_train))
+    print(text)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "check":
+            return cmd_check(args)
         if args.command == "build-notebooks":
             return cmd_build(args)
         return cmd_clean(args)

@@ -1,0 +1,160 @@
+"""``python -m tutorial_lib.course check``: is this machine ready for the course? (one command, an exit status)
+
+What notebook 00 checks interactively, as a command an instructor can run on every lab machine or in the
+build of a shared Jupyter server's image (``check || exit 1``): Python and package versions, a Jupyter kernel,
+the device and CPU threads, which real datasets the notebooks will find (and which notebooks fall back to
+synthetic data without them), and one real training epoch of a tiny SASRec as proof that torch works.
+
+Exit status 0 when everything the notebooks need is there (missing datasets only warn: every notebook runs on
+its synthetic fallback), 1 otherwise.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .setup import data_availability, environment_report
+
+#: the lowest Python the project supports (``requires-python`` in pyproject.toml)
+MIN_PYTHON = (3, 10)
+
+#: which notebooks read each real dataset in the default (small) mode, plus notebook 07's live runs in full
+#: mode; without it they use synthetic data there. tests/test_course_preflight.py keeps this in step with the
+#: solution notebooks.
+NOTEBOOK_DATASETS: dict[str, tuple[str, ...]] = {
+    "ml-1m": ("01", "02", "03", "04", "05", "06", "07 (full mode)"),
+    "beauty": ("01",),
+    "video": ("06",),
+}
+
+
+@dataclass
+class Finding:
+    """One line of the report. ``ok=False`` with ``required=False`` is a warning, not a failure."""
+
+    topic: str
+    ok: bool
+    detail: str
+    required: bool = True
+
+    @property
+    def mark(self) -> str:
+        return "ok  " if self.ok else ("FAIL" if self.required else "warn")
+
+
+def python_finding() -> Finding:
+    found = sys.version_info[:2]
+    ok = found >= MIN_PYTHON
+    need = ".".join(map(str, MIN_PYTHON))
+    return Finding("python", ok, f"{platform.python_version()}" + ("" if ok else f": the course needs {need} or newer"))
+
+
+def package_findings() -> list[Finding]:
+    findings = []
+    for row in environment_report(quiet=True):
+        if row["ok"]:
+            findings.append(Finding(row["name"], True, f"{row['found']} ({row['required']})", not row["optional"]))
+        elif row["found"] is None:
+            where = (" (needed only where the Jupyter server runs)" if row["optional"] else "")
+            findings.append(Finding(row["name"], False, f"not installed{where}: pip install '{row['name']}"
+                                    f"{row['required']}'", not row["optional"]))
+        else:
+            findings.append(Finding(row["name"], False, f"{row['found']} is too old ({row['required']}): "
+                                    f"pip install -U '{row['name']}{row['required']}'", not row["optional"]))
+    return findings
+
+
+def kernel_finding() -> Finding:
+    """A Jupyter kernel named ``python3`` (what the notebooks and nbval ask for)."""
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+    except ImportError:
+        return Finding("jupyter kernel", False, "jupyter_client is not installed: pip install -e '.[dev]' "
+                       "(or ipykernel) where the notebooks run", required=False)
+    specs = KernelSpecManager().find_kernel_specs()
+    if "python3" in specs:
+        return Finding("jupyter kernel", True, f"python3 ({specs['python3']})", required=False)
+    return Finding("jupyter kernel", False, "no kernel named python3: python -m ipykernel install --user",
+                   required=False)
+
+
+def device_finding() -> Finding:
+    from ..utils import resolve_device
+
+    device = resolve_device("auto")
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    threads = torch.get_num_threads()
+    detail = f"{name}; torch uses {threads} CPU thread{'s' if threads != 1 else ''} of {os.cpu_count()} cores"
+    if device.type == "cpu":
+        detail += " (no GPU: fine for the smoke and small modes; COURSE_MODE=full takes hours per notebook)"
+    return Finding("device", True, detail, required=False)
+
+
+def data_findings(root: str | os.PathLike | None = None) -> list[Finding]:
+    from ..data.paths import data_dir
+
+    available = data_availability(root)
+    folder = Path(root) if root is not None else data_dir()
+    findings = []
+    for name, notebooks in NOTEBOOK_DATASETS.items():
+        used = f"notebook{'s' if len(notebooks) > 1 else ''} {', '.join(notebooks)}"
+        if available.get(name):
+            findings.append(Finding(f"data: {name}", True, f"found in {folder} (read by {used})", required=False))
+        else:
+            verb = "use" if len(notebooks) > 1 else "uses"
+            findings.append(Finding(f"data: {name}", False, f"not in {folder}: {used} {verb} synthetic data instead; "
+                                    f"python -m tutorial_lib datasets --download {name} (or set SEQREC_DATA_DIR "
+                                    "to a folder that has it)", required=False))
+    return findings
+
+
+def training_finding() -> Finding:
+    """One epoch of a tiny SASRec on synthetic data, evaluated: the whole training path, in seconds."""
+    from ..data import make_synthetic
+    from ..experiments.run import ExperimentSpec, run_experiment
+
+    t0 = time.perf_counter()
+    try:
+        data = make_synthetic(n_users=300, n_items=200, seed=0)
+        spec = ExperimentSpec(model="sasrec", seed=0, epochs=1, max_len=20, model_options={"d_model": 32},
+                              progress=False, verbose=False)
+        result = run_experiment(spec, dataset=data)
+    except Exception as exc:  # the report names what broke instead of a traceback in the middle of it
+        return Finding("training", False, f"a one-epoch SASRec failed: {type(exc).__name__}: {exc}")
+    seconds = time.perf_counter() - t0
+    ndcg = result.test.get("ndcg@10", float("nan"))
+    if not ndcg == ndcg:
+        return Finding("training", False, "a one-epoch SASRec gave a NaN test NDCG@10")
+    return Finding("training", True, f"one epoch of a tiny SASRec on {result.device.type}, trained and evaluated "
+                   f"in {seconds:.1f} s (test NDCG@10 {ndcg:.3f})")
+
+
+def run_checks(data_root: str | os.PathLike | None = None, train: bool = True) -> list[Finding]:
+    """Every finding, in the order the report prints them."""
+    findings = [python_finding(), *package_findings(), kernel_finding(), device_finding(), *data_findings(data_root)]
+    if train:
+        findings.append(training_finding())
+    return findings
+
+
+def report(findings: list[Finding]) -> tuple[str, int]:
+    """The printed report and the exit status (1 when a required check failed)."""
+    width = max(len(f.topic) for f in findings)
+    lines = [f"{f.mark}  {f.topic:{width}s}  {f.detail}" for f in findings]
+    failed = [f.topic for f in findings if f.required and not f.ok]
+    warned = [f.topic for f in findings if not f.required and not f.ok]
+    if failed:
+        lines.append(f"\nNOT READY: fix {', '.join(failed)} (the lines marked FAIL say how)")
+    else:
+        lines.append("\nready for the course" + (f" ({len(warned)} warning{'s' if len(warned) != 1 else ''}: "
+                                                 f"{', '.join(warned)})" if warned else ""))
+    return "\n".join(lines), 1 if failed else 0
+
+
+__all__ = ["Finding", "MIN_PYTHON", "NOTEBOOK_DATASETS", "report", "run_checks"]
