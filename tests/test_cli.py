@@ -85,6 +85,20 @@ def test_resuming_a_finished_run_does_not_append_its_row_twice(tmp_path, monkeyp
     assert len(read_runs(tmp_path / "runs.csv")) == 2
 
 
+def test_a_run_warns_when_the_library_is_not_the_working_directorys_checkout(tmp_path, monkeypatch, capsys):
+    import tutorial_lib.experiments.results as results
+
+    monkeypatch.setattr(results, "library_elsewhere",
+                        lambda: "tutorial_lib imported from /a, not from the working directory's checkout /b")
+    assert train(tmp_path) == 0
+    err = capsys.readouterr().err
+    assert "warning: tutorial_lib imported from /a" in err and "records that checkout's commit" in err
+    assert "set PYTHONPATH" in err
+    monkeypatch.setattr(results, "library_elsewhere", lambda: None)
+    assert train(tmp_path, "--no-results", "--checkpoint", str(tmp_path / "other.pt")) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_windows_flag_reaches_the_row(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--windows", "random", "--max-len", "4", "--epochs", "1") == 0

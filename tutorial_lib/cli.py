@@ -138,12 +138,27 @@ def _model_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def pin_commit() -> str:
+    """Pin the commit every row of this process records (the code it imported), and warn on stderr when that
+    code is not the working directory's checkout (a second git worktree beside an editable install)."""
+    from .experiments.results import library_elsewhere, process_commit
+
+    commit = process_commit()
+    elsewhere = library_elsewhere()
+    if elsewhere:
+        print(f"warning: {elsewhere}. This run records that checkout's commit ({commit}), keeps its checkpoints "
+              "under that checkout's runs/ and, without --results, appends its rows to that checkout's "
+              "results/runs.csv; to run the working directory's code, set PYTHONPATH to its checkout",
+              file=sys.stderr)
+    return commit
+
+
 def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.benchmark import parse_datasets, parse_models, plan, run_benchmark, status, summary
-    from .experiments.results import default_results_path, process_commit, project_root
+    from .experiments.results import default_results_path, project_root
     from .experiments.run import ExperimentSpec
 
-    process_commit()  # pinned now: every row of this invocation records the code it imported
+    pin_commit()  # every row of this invocation records the code it imported
 
     base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols),
                           epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
@@ -187,11 +202,10 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
-    from .experiments.results import (append_runs, curve_path, default_results_path, process_commit, project_root,
-                                      read_runs, write_curve)
+    from .experiments.results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
     from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
 
-    process_commit()  # pinned before training starts
+    pin_commit()  # before training starts
 
     options = _model_options(args)
     epochs = args.epochs if args.epochs is not None else (30 if args.dataset.lower() == SYNTHETIC else 200)
