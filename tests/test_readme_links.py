@@ -1,5 +1,6 @@
-"""README.md, results/README.md and docs/results.md only point at files that exist (links and the scripts they
-tell users to run), and their links into a Markdown file's sections name headings that file has."""
+"""README.md, results/README.md, docs/results.md, docs/instructors.md and the course map only point at files
+that exist (links and the scripts they tell users to run), and their links into a Markdown file's sections
+name headings that file has."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ["README.md", "results/README.md", "docs/results.md"]
+DOCS = ["README.md", "results/README.md", "docs/results.md", "docs/instructors.md", "notebooks/README.md"]
 
 
 def _targets(text: str) -> set[str]:
