@@ -231,6 +231,29 @@ def test_build_and_check_on_folders(tmp_path, capsys):
     assert "00_x.ipynb" in text and "01_orphan.ipynb" in text
 
 
+def test_a_notebook_someone_has_run_and_saved_is_not_overwritten_without_force(tmp_path, capsys):
+    sol, out = tmp_path / "solutions", tmp_path / "notebooks"
+    write_solution(sol)
+    args = ["--solutions", str(sol), "--notebooks", str(out)]
+    assert main(["build-notebooks", *args]) == 0
+    generated = (out / "00_x.ipynb").read_text()
+    nb = nbformat.read(str(out / "00_x.ipynb"), as_version=4)
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.source += "\n# my answer"
+    code.execution_count = 3
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
+    nbformat.write(nb, str(out / "00_x.ipynb"))
+    learner = (out / "00_x.ipynb").read_text()
+    capsys.readouterr()
+    assert main(["build-notebooks", *args]) == 1
+    err = capsys.readouterr().err
+    assert "kept:" in err and "00_x.ipynb" in err and "--force" in err
+    assert (out / "00_x.ipynb").read_text() == learner
+    assert main(["build-notebooks", "--check", *args]) == 1      # still reported as out of date
+    assert main(["build-notebooks", "--force", *args]) == 0
+    assert (out / "00_x.ipynb").read_text() == generated
+
+
 def test_build_error_exits_2_with_the_message(tmp_path, capsys):
     path = write_solution(tmp_path / "solutions")
     nb = nbformat.read(str(path), as_version=4)

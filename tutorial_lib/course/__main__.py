@@ -6,7 +6,8 @@ check             is this machine ready for the course? versions, Jupyter kernel
                   --no-train skips the training epoch
 
 build-notebooks   write notebooks/NN_name.ipynb (the student version) for every solutions/NN_name.ipynb;
-                  --check writes nothing and exits 1 naming every notebook that differs
+                  --check writes nothing and exits 1 naming every notebook that differs; a notebook that
+                  has been run and saved (a learner's work) is kept unless --force
 clean-solutions   normalise solutions/*.ipynb in place (strip outputs except '# NBVAL_CHECK_OUTPUT' cells,
                   minimal metadata); --execute first runs each notebook in smoke mode to refresh the stored
                   outputs of those cells; --check writes nothing and exits 1 naming what would change;
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--solutions", type=Path, default=None, help="solutions folder (default: <project>/solutions)")
         p.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")
     b.add_argument("--notebooks", type=Path, default=None, help="output folder (default: <project>/notebooks)")
+    b.add_argument("--force", action="store_true",
+                   help="also overwrite notebooks that have been run and saved (their outputs and answers are lost)")
     c.add_argument("names", nargs="*", metavar="NOTEBOOK",
                    help="only these solution notebooks (file names or paths; default: all)")
     c.add_argument("--execute", action="store_true",
@@ -63,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_build(args: argparse.Namespace) -> int:
     solutions = args.solutions or _root() / "solutions"
     notebooks = args.notebooks or _root() / "notebooks"
-    report = build_notebooks(solutions, notebooks, check=args.check)
+    report = build_notebooks(solutions, notebooks, check=args.check, force=args.force)
     if args.check:
         for p in report.written:
             print(f"out of date: {_rel(p)} (differs from what solutions/{p.name} generates)")
@@ -78,8 +81,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"wrote {_rel(p)}")
     for p in report.orphans:
         print(f"warning: {_rel(p)} has no solution notebook; delete it if the lesson was renamed", file=sys.stderr)
-    print(f"{len(report.written)} written, {len(report.unchanged)} unchanged")
-    return 0
+    for p in report.kept:
+        print(f"kept: {_rel(p)} has been run and saved (someone's work): not overwritten; move it aside, or pass "
+              "--force to replace it", file=sys.stderr)
+    print(f"{len(report.written)} written, {len(report.unchanged)} unchanged"
+          + (f", {len(report.kept)} kept" if report.kept else ""))
+    return 1 if report.kept else 0
 
 
 def cmd_clean(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ except ``# NBVAL_CHECK_OUTPUT`` cells), so that solutions stay small and diff-fr
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import time
@@ -290,6 +291,7 @@ class BuildReport:
     written: list[Path] = field(default_factory=list)
     unchanged: list[Path] = field(default_factory=list)
     orphans: list[Path] = field(default_factory=list)  # notebooks/*.ipynb without a solution
+    kept: list[Path] = field(default_factory=list)  # out of date but holding a learner's run: not overwritten
 
     @property
     def ok(self) -> bool:
@@ -325,18 +327,37 @@ def _write_text(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def build_notebooks(solutions: str | Path, notebooks: str | Path, check: bool = False) -> BuildReport:
+def has_learner_work(path: Path) -> bool:
+    """Whether a notebook on disk has been run and saved: a code cell with outputs or an execution count.
+
+    Generated student notebooks never have either, so such a file holds someone's work (their answers to the
+    exercises) that regenerating it would throw away."""
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return any(c.get("cell_type") == "code" and (c.get("outputs") or c.get("execution_count") is not None)
+               for c in nb.get("cells", []))
+
+
+def build_notebooks(solutions: str | Path, notebooks: str | Path, check: bool = False,
+                    force: bool = False) -> BuildReport:
     """Write ``notebooks/X.ipynb`` for every ``solutions/X.ipynb`` (only files whose bytes change).
 
-    With ``check=True`` nothing is written: the report lists what differs (``report.ok`` is False
-    when a notebook is missing, stale, or has no solution).
+    A notebook that has been run and saved (:func:`has_learner_work`) is not overwritten but listed in
+    ``report.kept``, unless ``force``. With ``check=True`` nothing is written: the report lists what differs
+    (``report.ok`` is False when a notebook is missing, stale, or has no solution).
     """
     report = BuildReport()
     out_dir = Path(notebooks)
     sources = solution_paths(solutions)
     for src in sources:
         text = dumps(student_notebook(read_notebook(src), src.name))
-        _compare_or_write(out_dir / src.name, text, check, report)
+        target = out_dir / src.name
+        if not check and not force and target.is_file() and has_learner_work(target):
+            report.kept.append(target)  # a generated notebook never has outputs: this one differs from it
+            continue
+        _compare_or_write(target, text, check, report)
     names = {p.name for p in sources}
     if out_dir.is_dir():
         report.orphans = sorted(p for p in out_dir.glob("*.ipynb") if p.name not in names)
