@@ -39,11 +39,12 @@ def test_every_dataset_a_notebook_reads_is_in_the_map(number):
 
 
 def test_missing_data_warns_and_a_missing_package_fails(tmp_path, monkeypatch):
-    findings = run_checks(tmp_path, train=False)  # an empty data folder
-    data = [f for f in findings if f.topic.startswith("data: ")]
+    monkeypatch.setenv("SEQREC_DATA_DIR", str(tmp_path))  # an empty data folder, the one the notebooks read
+    findings = run_checks(None, train=False)
+    data = [f for f in findings if f.topic.startswith("data")]
     assert [f.topic for f in data] == [f"data: {n}" for n in NOTEBOOK_DATASETS]
     assert not any(f.ok or f.required for f in data)
-    assert "--download ml-1m" in data[0].detail and str(tmp_path) in data[0].detail
+    assert data[0].detail.endswith("python -m tutorial_lib datasets --download ml-1m") and str(tmp_path) in data[0].detail
     text, status = report(findings)
     assert status == 0 and "ready for the course (3 warnings" in text
 
@@ -57,6 +58,56 @@ def test_missing_data_warns_and_a_missing_package_fails(tmp_path, monkeypatch):
     assert (lab.ok, lab.required) == (False, False) and "Jupyter server" in lab.detail
     text, status = report([torch_, pandas_, lab])
     assert status == 1 and "NOT READY: fix torch, pandas" in text and "FAIL  torch" in text
+
+
+def test_a_named_data_folder_that_is_missing_fails_and_a_download_hint_keeps_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("SEQREC_DATA_DIR", raising=False)
+    missing = tmp_path / "not-mounted"
+    folder, elsewhere, *data = preflight.data_findings(missing)
+    assert folder.topic == "data folder" and not folder.ok and folder.required and "does not exist" in folder.detail
+    assert not elsewhere.required and "the notebooks read" in elsewhere.detail and "SEQREC_DATA_DIR=" in elsewhere.detail
+    assert f"datasets --data-dir {missing} --download ml-1m" in data[0].detail
+    monkeypatch.setenv("SEQREC_DATA_DIR", str(missing))                 # the same folder through the variable
+    assert [f.topic for f in preflight.data_findings()][:1] == ["data folder"]
+
+
+def test_a_dataset_file_that_is_there_but_broken_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQREC_DATA_DIR", str(tmp_path))
+    spec = DATASETS["ml-1m"]
+    (tmp_path / spec.folder).mkdir()
+    for f in spec.required_files:
+        (tmp_path / spec.folder / f.filename).write_text("")
+    ml1m = next(f for f in preflight.data_findings() if f.topic == "data: ml-1m")
+    assert not ml1m.ok and ml1m.required and "unreadable" in ml1m.detail
+
+
+def test_an_unknown_course_mode_fails(monkeypatch):
+    monkeypatch.setenv("COURSE_MODE", "fast")
+    finding = preflight.mode_finding()
+    assert not finding.ok and finding.required and "fast" in finding.detail
+    monkeypatch.setenv("COURSE_MODE", "smoke")
+    assert preflight.mode_finding().ok
+
+
+def test_the_kernel_check_names_the_python_the_kernel_runs(monkeypatch):
+    import sys
+
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+
+    def spec_running(python):
+        return lambda self, name: KernelSpec(argv=[python, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+
+    monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running(sys.executable))
+    assert preflight.kernel_finding().ok
+    monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running("/opt/other/bin/python"))
+    finding = preflight.kernel_finding()
+    assert not finding.ok and "runs /opt/other/bin/python" in finding.detail and "--sys-prefix" in finding.detail
+
+    def no_kernel(self, name):
+        raise NoSuchKernel(name)
+
+    monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", no_kernel)
+    assert "no kernel named python3" in preflight.kernel_finding().detail
 
 
 def test_an_old_python_fails(monkeypatch):

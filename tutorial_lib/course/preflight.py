@@ -5,13 +5,15 @@ build of a shared Jupyter server's image (``check || exit 1``): Python and packa
 the device and CPU threads, which real datasets the notebooks will find (and which notebooks fall back to
 synthetic data without them), and one real training epoch of a tiny SASRec as proof that torch works.
 
-Exit status 0 when everything the notebooks need is there (missing datasets only warn: every notebook runs on
-its synthetic fallback), 1 otherwise.
+Exit status 0 when everything the notebooks need is there, 1 otherwise. A missing dataset only warns (every
+notebook runs on its synthetic fallback); a data folder that was named but does not exist, a dataset file that
+is there but cannot be read, and a ``COURSE_MODE`` the notebooks refuse fail.
 """
 from __future__ import annotations
 
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from .setup import data_availability, environment_report
+from ..errors import ConfigError, TutorialLibError
+from .setup import COURSE_MODES, course_mode, data_availability, environment_report
 
 #: the lowest Python the project supports (``requires-python`` in pyproject.toml)
 MIN_PYTHON = (3, 10)
@@ -71,17 +74,28 @@ def package_findings() -> list[Finding]:
 
 
 def kernel_finding() -> Finding:
-    """A Jupyter kernel named ``python3`` (what the notebooks and nbval ask for)."""
+    """A Jupyter kernel named ``python3`` (what the notebooks and nbval ask for), and whether it runs this Python."""
+    install = ("python -m ipykernel install --sys-prefix (for everyone using this environment, e.g. a server "
+               "image) or --user (for you alone)")
     try:
-        from jupyter_client.kernelspec import KernelSpecManager
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
     except ImportError:
         return Finding("jupyter kernel", False, "jupyter_client is not installed: pip install -e '.[dev]' "
                        "(or ipykernel) where the notebooks run", required=False)
-    specs = KernelSpecManager().find_kernel_specs()
-    if "python3" in specs:
-        return Finding("jupyter kernel", True, f"python3 ({specs['python3']})", required=False)
-    return Finding("jupyter kernel", False, "no kernel named python3: python -m ipykernel install --user",
-                   required=False)
+    try:
+        spec = KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        return Finding("jupyter kernel", False, f"no kernel named python3: {install}", required=False)
+    runs = (shutil.which(spec.argv[0]) or spec.argv[0]) if spec.argv else "?"
+    try:
+        same = Path(runs).resolve() == Path(sys.executable).resolve()
+    except OSError:
+        same = False
+    if same:
+        return Finding("jupyter kernel", True, f"python3 runs this Python ({sys.executable})", required=False)
+    return Finding("jupyter kernel", False, f"python3 runs {runs}, not this environment's {sys.executable}: the "
+                   "notebooks will import whatever that Python has installed; to make this environment the "
+                   f"notebooks' kernel: {install}", required=False)
 
 
 def device_finding() -> Finding:
@@ -93,24 +107,53 @@ def device_finding() -> Finding:
     detail = f"{name}; torch uses {threads} CPU thread{'s' if threads != 1 else ''} of {os.cpu_count()} cores"
     if device.type == "cpu":
         detail += " (no GPU: fine for the smoke and small modes; COURSE_MODE=full takes hours per notebook)"
+    if threads > 4 and "OMP_NUM_THREADS" not in os.environ:
+        detail += (f"; on a server shared by several learners set OMP_NUM_THREADS=1, or every kernel takes all "
+                   f"{threads} threads")
     return Finding("device", True, detail, required=False)
 
 
-def data_findings(root: str | os.PathLike | None = None) -> list[Finding]:
-    from ..data.paths import data_dir
+def mode_finding() -> Finding:
+    """``COURSE_MODE`` holds a mode the notebooks accept (they stop at their first cell otherwise)."""
+    try:
+        mode = course_mode()
+    except ConfigError as exc:
+        return Finding("COURSE_MODE", False, str(exc))
+    return Finding("COURSE_MODE", True, f"{mode} ({COURSE_MODES[mode]})", required=False)
 
-    available = data_availability(root)
-    folder = Path(root) if root is not None else data_dir()
+
+def data_findings(root: str | os.PathLike | None = None) -> list[Finding]:
+    """The data folder and every dataset the notebooks read, loaded (a file that is there but empty or broken
+    fails here, not in the middle of a lesson)."""
+    from ..data.loading import load_dataset
+    from ..data.paths import ENV_VAR, data_dir
+    from ..errors import DatasetUnavailableError
+
+    folder, notebooks_folder = data_dir(root), data_dir()
     findings = []
+    chosen = root is not None or os.environ.get(ENV_VAR, "").strip()
+    if chosen and not folder.is_dir():
+        findings.append(Finding("data folder", False, f"{folder} does not exist (a typo, or a share that is not "
+                                "mounted?)"))
+    if folder.resolve() != notebooks_folder.resolve():
+        findings.append(Finding("data folder", False, f"checking {folder}, but the notebooks read {notebooks_folder}: "
+                                f"set {ENV_VAR}={folder} in the environment that starts Jupyter", required=False))
+    flag = f" --data-dir {folder}" if root is not None else ""
+    available = data_availability(root)
     for name, notebooks in NOTEBOOK_DATASETS.items():
         used = f"notebook{'s' if len(notebooks) > 1 else ''} {', '.join(notebooks)}"
-        if available.get(name):
-            findings.append(Finding(f"data: {name}", True, f"found in {folder} (read by {used})", required=False))
-        else:
+        if not available.get(name):
             verb = "use" if len(notebooks) > 1 else "uses"
             findings.append(Finding(f"data: {name}", False, f"not in {folder}: {used} {verb} synthetic data instead; "
-                                    f"python -m tutorial_lib datasets --download {name} (or set SEQREC_DATA_DIR "
-                                    "to a folder that has it)", required=False))
+                                    f"python -m tutorial_lib datasets{flag} --download {name}", required=False))
+            continue
+        try:
+            data = load_dataset(name, root)
+        except (DatasetUnavailableError, TutorialLibError, OSError, ValueError) as exc:
+            findings.append(Finding(f"data: {name}", False, f"in {folder} but unreadable: {exc}"))
+            continue
+        findings.append(Finding(f"data: {name}", True, f"{data.n_users:,} users, {data.n_items:,} items, read from "
+                                f"{folder} (by {used})", required=False))
     return findings
 
 
@@ -137,7 +180,8 @@ def training_finding() -> Finding:
 
 def run_checks(data_root: str | os.PathLike | None = None, train: bool = True) -> list[Finding]:
     """Every finding, in the order the report prints them."""
-    findings = [python_finding(), *package_findings(), kernel_finding(), device_finding(), *data_findings(data_root)]
+    findings = [python_finding(), *package_findings(), kernel_finding(), device_finding(), mode_finding(),
+                *data_findings(data_root)]
     if train:
         findings.append(training_finding())
     return findings
