@@ -99,6 +99,7 @@ def test_the_kernel_check_names_the_python_the_kernel_runs(monkeypatch):
 
     monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running(sys.executable))
     assert preflight.kernel_finding().ok
+    assert preflight.environment_of(sys.executable) == sys.prefix and preflight.environment_of("/no/python") is None
     monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running("/opt/other/bin/python"))
     finding = preflight.kernel_finding()
     assert not finding.ok and "runs /opt/other/bin/python" in finding.detail and "--sys-prefix" in finding.detail

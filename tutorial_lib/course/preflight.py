@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -87,15 +88,24 @@ def kernel_finding() -> Finding:
     except NoSuchKernel:
         return Finding("jupyter kernel", False, f"no kernel named python3: {install}", required=False)
     runs = (shutil.which(spec.argv[0]) or spec.argv[0]) if spec.argv else "?"
-    try:
-        same = Path(runs).resolve() == Path(sys.executable).resolve()
-    except OSError:
-        same = False
-    if same:
-        return Finding("jupyter kernel", True, f"python3 runs this Python ({sys.executable})", required=False)
+    if environment_of(runs) == sys.prefix:
+        return Finding("jupyter kernel", True, f"python3 runs this environment's Python ({runs})", required=False)
     return Finding("jupyter kernel", False, f"python3 runs {runs}, not this environment's {sys.executable}: the "
                    "notebooks will import whatever that Python has installed; to make this environment the "
                    f"notebooks' kernel: {install}", required=False)
+
+
+def environment_of(python: str) -> str | None:
+    """``sys.prefix`` of the interpreter at ``python`` (the environment it runs in), or ``None`` if it does not run.
+
+    Asked of the interpreter itself: a virtual environment's ``python`` is a link to the base interpreter, so
+    the paths alone cannot tell two environments apart."""
+    try:
+        out = subprocess.run([python, "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True,
+                             timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def device_finding() -> Finding:
