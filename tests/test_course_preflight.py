@@ -94,8 +94,9 @@ def test_the_kernel_check_names_the_python_the_kernel_runs(monkeypatch):
 
     from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 
-    def spec_running(python):
-        return lambda self, name: KernelSpec(argv=[python, "-m", "ipykernel_launcher", "-f", "{connection_file}"])
+    def spec_running(python, folder="/home/me/.local/share/jupyter/kernels/python3"):
+        return lambda self, name: KernelSpec(argv=[python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                                             resource_dir=folder)
 
     monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running(sys.executable))
     assert preflight.kernel_finding().ok
@@ -103,6 +104,10 @@ def test_the_kernel_check_names_the_python_the_kernel_runs(monkeypatch):
     monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running("/opt/other/bin/python"))
     finding = preflight.kernel_finding()
     assert not finding.ok and "runs /opt/other/bin/python" in finding.detail and "--sys-prefix" in finding.detail
+
+    monkeypatch.setattr(KernelSpecManager, "get_kernel_spec",
+                        spec_running("/opt/other/bin/python", "/env/lib/python3.11/site-packages/ipykernel/resources"))
+    assert preflight.kernel_finding().ok and "built-in" in preflight.kernel_finding().detail
 
     def no_kernel(self, name):
         raise NoSuchKernel(name)

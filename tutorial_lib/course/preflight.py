@@ -87,6 +87,9 @@ def kernel_finding() -> Finding:
         spec = KernelSpecManager().get_kernel_spec("python3")
     except NoSuchKernel:
         return Finding("jupyter kernel", False, f"no kernel named python3: {install}", required=False)
+    if "ipykernel" in Path(spec.resource_dir).parts:  # no kernel file: Jupyter's built-in python3
+        return Finding("jupyter kernel", True, "python3 is ipykernel's built-in kernel: it runs the Python that runs "
+                       "Jupyter (this environment's when `jupyter lab` starts from it)", required=False)
     runs = (shutil.which(spec.argv[0]) or spec.argv[0]) if spec.argv else "?"
     if environment_of(runs) == sys.prefix:
         return Finding("jupyter kernel", True, f"python3 runs this environment's Python ({runs})", required=False)
