@@ -11,6 +11,7 @@ is there but cannot be read, and a ``COURSE_MODE`` the notebooks refuse fail.
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shutil
@@ -22,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError, TutorialLibError
-from .setup import COURSE_MODES, course_mode, data_availability, environment_report
+from ..errors import ConfigError, DatasetUnavailableError, TutorialLibError
+from .setup import COURSE_MODES, course_mode, environment_report
 
 #: the lowest Python the project supports (``requires-python`` in pyproject.toml)
 MIN_PYTHON = (3, 10)
@@ -140,7 +141,6 @@ def data_findings(root: str | os.PathLike | None = None) -> list[Finding]:
     fails here, not in the middle of a lesson)."""
     from ..data.loading import load_dataset
     from ..data.paths import ENV_VAR, data_dir
-    from ..errors import DatasetUnavailableError
 
     folder, notebooks_folder = data_dir(root), data_dir()
     findings = []
@@ -152,17 +152,16 @@ def data_findings(root: str | os.PathLike | None = None) -> list[Finding]:
         findings.append(Finding("data folder", False, f"checking {folder}, but the notebooks read {notebooks_folder}: "
                                 f"set {ENV_VAR}={folder} in the environment that starts Jupyter", required=False))
     flag = f" --data-dir {folder}" if root is not None else ""
-    available = data_availability(root)
     for name, notebooks in NOTEBOOK_DATASETS.items():
         used = f"notebook{'s' if len(notebooks) > 1 else ''} {', '.join(notebooks)}"
-        if not available.get(name):
+        try:
+            data = load_dataset(name, root)
+        except DatasetUnavailableError:  # its files are not there
             verb = "use" if len(notebooks) > 1 else "uses"
             findings.append(Finding(f"data: {name}", False, f"not in {folder}: {used} {verb} synthetic data instead; "
                                     f"python -m tutorial_lib datasets{flag} --download {name}", required=False))
             continue
-        try:
-            data = load_dataset(name, root)
-        except (DatasetUnavailableError, TutorialLibError, OSError, ValueError) as exc:
+        except (TutorialLibError, OSError, ValueError) as exc:  # there, but empty, malformed or not readable
             findings.append(Finding(f"data: {name}", False, f"in {folder} but unreadable: {exc}"))
             continue
         findings.append(Finding(f"data: {name}", True, f"{data.n_users:,} users, {data.n_items:,} items, read from "
@@ -185,7 +184,7 @@ def training_finding() -> Finding:
         return Finding("training", False, f"a one-epoch SASRec failed: {type(exc).__name__}: {exc}")
     seconds = time.perf_counter() - t0
     ndcg = result.test.get("ndcg@10", float("nan"))
-    if not ndcg == ndcg:
+    if math.isnan(ndcg):
         return Finding("training", False, "a one-epoch SASRec gave a NaN test NDCG@10")
     return Finding("training", True, f"one epoch of a tiny SASRec on {result.device.type}, trained and evaluated "
                    f"in {seconds:.1f} s (test NDCG@10 {ndcg:.3f})")
