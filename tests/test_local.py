@@ -170,6 +170,20 @@ def test_bidirectional_models_see_the_future(name):
     assert not torch.allclose(a[:, 0], b[:, 0])
 
 
+def test_adaptive_user_vector_leaves_out_mask_tokens(monkeypatch):
+    """Released Locker: u = sum over t not in {PAD, MASK} (docs/methods.md §5.1, Adapt)."""
+    import tutorial_lib.attention.local as local
+    seen = []
+    original = local.fism_user_vectors
+    monkeypatch.setattr(local, "fism_user_vectors", lambda x, valid, causal: seen.append(valid) or original(x, valid, causal))
+    model = build_model("bert4rec-locker-adapt", 30, L, d_model=D).eval()
+    ids = torch.tensor([[0, 0, 0, 3, 4, 5, 7, 9]])
+    inp = model.next_item_input(ids)                                       # ends with [MASK] = 31
+    with torch.no_grad():
+        model(inp)
+    assert seen and all(v.tolist() == (inp.ne(0) & inp.ne(31)).tolist() for v in seen)
+
+
 def test_cloze_prediction_appends_mask():
     model = build_model("bert4rec", 30, L, d_model=D).eval()
     full = torch.randint(1, 31, (1, L))

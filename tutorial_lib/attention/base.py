@@ -31,7 +31,8 @@ class SequenceContext:
         user: optional ``(B, d_u)`` user representation (Locker's adaptive encoder).
         users: optional ``(B,)`` long user indices (families with a user embedding table, e.g. RKSA).
         max_len: the model's longest window ``n``; with it, :attr:`positions` gives absolute positions.
-        extras: optional per-batch data of a family (e.g. co-occurrence lookups, the input embeddings).
+        extras: optional per-batch data of a family (e.g. co-occurrence lookups, the input embeddings,
+            and for cloze models ``item_mask``: ``(B, L)`` bool, ``True`` at real items, neither padding nor ``[MASK]``).
         need_weights: ask the layer to return its attention weights (slower: no fused kernel).
     """
 

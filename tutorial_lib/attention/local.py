@@ -17,7 +17,8 @@ Global heads are scaled dot-product attention. Local heads use one of five encod
   released code's ``α = 1, σ = 0.5``).
 * ``adapt`` (Eq. 7): the bias is predicted, ``p_ij = MLP(V_i + V_j + W_u v_u + b_{i-j})``, from the two
   value vectors, a distance embedding and a user vector ``v_u`` built from the sequence as in FISM
-  (``Σ_t x_t / sqrt(n)`` over the input embeddings; on the causal backbone over the items ``<= i`` only).
+  (``Σ_t x_t / sqrt(n)`` over the input embeddings; on the causal backbone over the items ``<= i`` only;
+  padding and a cloze model's ``[MASK]`` tokens are not items, as in the released code).
 
 For ``initial`` and ``adapt`` the paper removes position embeddings from the local heads and gives
 them to the global heads' queries and keys only: the backbone then adds no positions, and this module
@@ -241,7 +242,8 @@ class LocalAttention(Attention):
         x0 = ctx.extras.get("input_embeddings")
         if x0 is None:
             raise ConfigError("the adaptive encoder needs ctx.extras['input_embeddings'] (set by the backbone)")
-        user = self.user_proj(fism_user_vectors(x0, ctx.valid_mask, ctx.causal)).view(B, L, ml, dh)
+        items = ctx.extras.get("item_mask", ctx.valid_mask)    # a cloze model's [MASK] is not an item
+        user = self.user_proj(fism_user_vectors(x0, items, ctx.causal)).view(B, L, ml, dh)
         dist = self.distance_embedding[:, self._distance_index(L, v.device)]    # (M_l, L, L, dh)
         out = []
         for m, pred in enumerate(self.predictor):

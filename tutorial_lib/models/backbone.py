@@ -240,6 +240,8 @@ class SequentialRecommender(nn.Module):
         ctx = self.make_context(item_ids, need_weights=need_weights, users=users, **extras)
         x = self.embed(item_ids)
         ctx.extras.setdefault("input_embeddings", x)
+        if self.mask_id is not None:                 # real items only: neither padding nor [MASK]
+            ctx.extras.setdefault("item_mask", ctx.valid_mask & item_ids.ne(self.mask_id))
         weights = []
         for block in self.blocks:
             x, w = block(x, ctx)
