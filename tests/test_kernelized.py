@@ -248,3 +248,46 @@ def test_kernel_subset_models_are_rksa_with_their_kernels():
     assert get_model_entry("rksa-iu").preset_of() == ("rksa", {"kernels": "iu"})
     assert get_model_entry("rksa").preset_of() == ("rksa", {})
     assert get_model_entry("sasrec").preset_of() == ("sasrec", {})
+
+
+def test_leave_user_out_counts_only_the_other_users():
+    seqs = [np.array([1, 2, 3, 4, 8]), np.array([2, 3, 4, 7, 6]), np.array([1, 3, 5, 5])]
+    split = leave_one_out(SequenceDataset("t", seqs, 9))
+    train_sets = [set(s.tolist()) for s in split.train]                   # [1,2,3], [2,3,4], [1,3]
+
+    def others(u: int, a: int, b: int) -> float:                          # written out: users v != u only
+        return float(sum(a in s and b in s for v, s in enumerate(train_sets) if v != u and a and b))
+
+    provider = CooccurrenceProvider(leave_user_out=True)
+    provider.prepare(split)
+    users = torch.tensor([0, 0, 1])
+    ids = torch.tensor([[0, 1, 2, 3],                                     # user 0's training window
+                        [1, 2, 3, 4],                                     # user 0's test input: + validation item 4
+                        [0, 2, 3, 4]])
+    stats = provider.batch(SequenceContext.from_item_ids(ids, users=users))
+    want = torch.tensor([[[others(int(u), a, b) for b in row] for a in row] for u, row in zip(users, ids.tolist())])
+    torch.testing.assert_close(stats["cooc"], want)
+    assert stats["cooc"][1, 3].tolist() == [0.0, 1.0, 1.0, 1.0]           # the validation item keeps every count
+    counts = torch.tensor([[others(int(u), a, a) for a in row] for u, row in zip(users, ids.tolist())])
+    torch.testing.assert_close(stats["counting"], counting_kernel(want, counts))
+    plain = CooccurrenceProvider()
+    plain.prepare(split)
+    assert plain.batch(SequenceContext.from_item_ids(ids[:1]))["cooc"][0, 1, 3] == 2.0   # user 0 counted itself
+    with pytest.raises(ConfigError, match="users="):
+        provider.batch(SequenceContext.from_item_ids(ids))
+
+
+def test_leave_user_out_model_is_called_with_users():
+    from tutorial_lib.models.backbone import user_inputs
+
+    seqs = [np.array([1, 2, 3, 4, 8]), np.array([2, 3, 4, 7, 6]), np.array([1, 3, 5, 5])]
+    split = leave_one_out(SequenceDataset("t", seqs, 9))
+    model = build_model("rksa-c", 9, L, leave_user_out=True)               # no user embedding, yet needs users
+    model.prepare(split)
+    users = torch.tensor([0, 1])
+    assert model.user_embedding is None and user_inputs(model, users) == {"users": users}
+    ids = torch.tensor([[0, 1, 2, 3], [0, 2, 3, 4]])
+    assert model(ids, **user_inputs(model, users)).shape == (2, 4, model.d_model)
+    with pytest.raises(ConfigError, match="users="):
+        model(ids)
+    assert user_inputs(build_model("rksa-c", 9, L), users) == {}            # the default needs no users

@@ -36,6 +36,13 @@ co-occur with it, ListNet top-1 between ``q_t = softmax_j(log(1 + C[t, j]))`` an
 ``p_t = softmax_j(ψ[t, j] / τ)`` over the earlier keys ``j < t``, ``τ = 0.1``; averaged over rows,
 multiplied by ``λ_r`` and exposed as ``aux_loss`` (the backbone sums it over layers).
 
+**Leaving the user's own history out** (``leave_user_out=True``, our variant, off by default): the counts
+``P`` come from the training split, which contains the user's own history, so in training (and on the
+validation input) every pair of the window co-occurs at least once, by the user alone, while at test time
+the newest input item (the validation item) was never counted with the user's history. With the option
+every count is taken over the *other* users: ``P_jl - 1`` where both items are in the user's training
+history, ``P_j - 1`` for such an item; training, validation and test then see the same kind of statistic.
+
 Eq. 13 is Azzalini & Dalla Valle's per-coordinate construction: its covariance is
 ``ω_j ω_k [δ_j δ_k (1 - 2/π) + sqrt((1 - δ_j^2)(1 - δ_k^2)) ψ_jk]``, not ``ω ψ ω`` (A6).
 """
@@ -153,9 +160,10 @@ class CooccurrenceProvider(nn.Module):
     """Holds the training split's co-occurrence table (shared by the layers of a model) and the
     per-batch lookups, computed once per batch and cached in ``ctx.extras``."""
 
-    def __init__(self):
+    def __init__(self, leave_user_out: bool = False):
         super().__init__()
         self.table = None
+        self.leave_user_out = leave_user_out
 
     def prepare(self, split) -> None:
         """Count co-occurrences in ``split.train`` (training items only)."""
@@ -174,8 +182,15 @@ class CooccurrenceProvider(nn.Module):
             raise ConfigError("RKSA needs the co-occurrence counts of the training split: call "
                               "model.prepare(split) first (the Trainer does it)")
         ids = ctx.item_ids
-        cooc = self.table.block(ids)
-        out = {"cooc": cooc, "counting": counting_kernel(cooc, self.table.item_counts(ids)),
+        cooc, counts = self.table.block(ids), self.table.item_counts(ids)
+        if self.leave_user_out:
+            if ctx.users is None:
+                raise ConfigError("RKSA with leave_user_out=True needs the user of every sequence: call the model "
+                                  "with users=<(B,) user indices> (user_inputs(model, users) does it)")
+            own = self.table.owned(ctx.users, ids).to(cooc.dtype)                   # (B, L)
+            cooc = cooc - own[:, :, None] * own[:, None, :]                          # other users' counts only
+            counts = counts - own
+        out = {"cooc": cooc, "counting": counting_kernel(cooc, counts),
                "shape": causal_shape_ratio(cooc, ctx.valid_mask)}
         ctx.extras["rksa"] = out
         return out

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .user_items import UserItemSet
+
 #: largest catalogue stored as a dense matrix (8,000^2 float32 = 256 MB)
 DENSE_MAX_ITEMS = 8000
 
@@ -37,6 +39,7 @@ class CooccurrenceTable:
     def __init__(self, train: Sequence[np.ndarray], n_items: int, dense: bool | None = None,
                  user_chunk: int = 2048):
         self.n_items = int(n_items)
+        self._train, self._history = train, None        # for owned(), built on first use
         sets = [np.unique(np.asarray(s, dtype=np.int64)) for s in train]
         sets = [s[s > 0] for s in sets]
         flat = np.concatenate(sets) if sets else np.empty(0, np.int64)
@@ -113,6 +116,13 @@ class CooccurrenceTable:
         """``(B, L)`` ids -> ``(B, L, L)`` float counts ``C[b, j, l] = P(i_j, i_l)`` (0 at padding)."""
         return self.pair_counts(item_ids[:, :, None].expand(-1, -1, item_ids.shape[1]),
                                 item_ids[:, None, :].expand(-1, item_ids.shape[1], -1))
+
+    def owned(self, users: torch.Tensor, item_ids: torch.Tensor) -> torch.Tensor:
+        """``(B,)`` user indices and ``(B, L)`` ids -> ``(B, L)`` bool: the item is in that user's training
+        history, so the user's own history contributed 1 to its count and to its pairs with the other owned items."""
+        if self._history is None:
+            self._history = UserItemSet(self._train, self.n_items)
+        return self._history.contains(users[:, None], item_ids)
 
     def item_counts(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``P_i`` for every entry of ``item_ids`` (0 for padding)."""

@@ -21,6 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..data.split import LeaveOneOutSplit
 from ..models import build_model
+from ..models.backbone import user_inputs
 from ..utils.device import synchronize
 
 
@@ -87,7 +88,7 @@ def measure(name: str, length: int, args: Namespace, device: torch.device) -> di
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, args.n_items + 1, (args.batch, length), generator=g).to(device)
     users = torch.arange(args.batch, device=device) % 6040
-    ctx = model.make_context(ids, users=users if model.user_embedding is not None else None)
+    ctx = model.make_context(ids, **user_inputs(model, users))
     if ctx.user is not None:
         ctx.user = ctx.user.detach()  # the layer alone is measured, not the user embedding before it
     x = torch.randn(args.batch, length, args.d_model, device=device, requires_grad=True)

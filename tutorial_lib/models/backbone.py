@@ -287,8 +287,10 @@ class SequentialRecommender(nn.Module):
 
 def user_inputs(model: nn.Module, users: torch.Tensor) -> dict[str, torch.Tensor]:
     """Keyword inputs besides the item ids: ``{"users": users}`` for a model with a user embedding
-    table, else nothing (so baselines and plain models are called exactly as before)."""
-    return {"users": users} if getattr(model, "user_embedding", None) is not None else {}
+    table or one that says it ``needs_users`` (RKSA leaving the user's own counts out), else nothing
+    (so baselines and plain models are called exactly as before)."""
+    needs = getattr(model, "user_embedding", None) is not None or getattr(model, "needs_users", False)
+    return {"users": users} if needs else {}
 
 
 OBJECTIVES = ("next", "cloze", "last")

@@ -2,7 +2,8 @@
 
 The model has a user embedding table ``U`` (``n_users`` rows, paper §Embedding Layer; A16: N(0, 0.02)),
 whose row reaches every layer's kernels; the co-occurrence counts of the training split are computed by
-``model.prepare(split)`` (the Trainer calls it) and shared by the layers.
+``model.prepare(split)`` (the Trainer calls it) and shared by the layers. With ``leave_user_out=True`` the
+counts leave each sequence's own user out (attention.kernelized), and the model is called with ``users=``.
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from .registry import register_model
 def build_rksa_model(n_items: int, max_len: int, n_users: int | None, kernels: str = "ciu", d_model: int = 64,
                      n_layers: int = 2, n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0,
                      item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
-                     ffn_dim: int | None = None, stochastic_rows: str = "all") -> SequentialRecommender:
-    provider = CooccurrenceProvider()
+                     ffn_dim: int | None = None, stochastic_rows: str = "all",
+                     leave_user_out: bool = False) -> SequentialRecommender:
+    provider = CooccurrenceProvider(leave_user_out)
     layers = [KernelizedAttention(d_model, n_heads, provider, kernels, item_kernel, attn_dropout, rank_weight,
                                   stochastic=stochastic, stochastic_rows=stochastic_rows) for _ in range(n_layers)]
     uses_user = layers[0].uses_user
@@ -31,6 +33,7 @@ def build_rksa_model(n_items: int, max_len: int, n_users: int | None, kernels: s
     )
     if model.user_embedding is not None:
         nn.init.normal_(model.user_embedding.weight, std=0.02)
+    model.needs_users = leave_user_out          # the counts depend on whose sequence it is (user_inputs reads it)
     return model
 
 
@@ -39,9 +42,10 @@ def _register(name: str, kernels: str, description: str, variant_of: str | None 
     def build(n_items: int, max_len: int, n_users: int | None = None, d_model: int = 64, n_layers: int = 2,
               n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0, kernels: str = kernels,
               item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
-              ffn_dim: int | None = None, stochastic_rows: str = "all") -> SequentialRecommender:
+              ffn_dim: int | None = None, stochastic_rows: str = "all",
+              leave_user_out: bool = False) -> SequentialRecommender:
         return build_rksa_model(n_items, max_len, n_users, kernels, d_model, n_layers, n_heads, dropout, attn_dropout,
-                                item_kernel, rank_weight, stochastic, ffn_dim, stochastic_rows)
+                                item_kernel, rank_weight, stochastic, ffn_dim, stochastic_rows, leave_user_out)
 
     build.__doc__ = f"{description} (see attention.kernelized)."
 

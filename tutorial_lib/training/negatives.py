@@ -4,23 +4,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..data.user_items import UserItemSet
+
 
 class NegativeSampler:
     """Draw negatives outside each user's training history (as SASRec's sampler does).
 
-    Membership is tested with one sorted array of keys ``user * (n_items + 1) + item`` and a binary
-    search, so a batch of any shape is sampled with a few vectorised passes.
+    Membership is tested with :class:`~tutorial_lib.data.user_items.UserItemSet` (one sorted array of keys
+    and a binary search), so a batch of any shape is sampled with a few vectorised passes.
     """
 
     def __init__(self, train: list[np.ndarray], n_items: int, max_rounds: int = 20):
         self.n_items, self.max_rounds = n_items, max_rounds
-        base = np.repeat(np.arange(len(train), dtype=np.int64) * (n_items + 1), [len(s) for s in train])
-        self.keys = torch.from_numpy(np.unique(base + np.concatenate(train)))
+        self.history = UserItemSet(train, n_items)
 
     def _seen(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        keys = users * (self.n_items + 1) + items
-        pos = torch.searchsorted(self.keys, keys).clamp_(max=len(self.keys) - 1)
-        return self.keys[pos].eq(keys)
+        return self.history.contains(users, items)
 
     def sample(self, users: torch.Tensor, shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
         """``users`` ``(B,)`` -> negatives of ``shape`` ``(B, ...)`` with ids in ``1..n_items``.
