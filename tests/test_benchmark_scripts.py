@@ -203,3 +203,17 @@ def test_notebook_times_runs_each_notebook_in_the_mode_asked(tmp_path):
         assert "largest kernel peak memory" in table
     with pytest.raises(SystemExit, match="not in .*lessons: 03_missing.ipynb"):
         script.main(["03_missing", "--folder", str(folder)])
+
+
+def test_cooccurrence_shift_reports_both_counts_for_every_input(tmp_path):
+    script = load_script("cooccurrence_shift")
+    out = tmp_path / "shift.md"
+    assert script.main(["--dataset", "synthetic", "--max-len", "20", "--users", "60", "--out", str(out)]) == 0
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
+            for line in out.read_text().splitlines() if line.startswith("| ") and "%" in line}
+    assert set(rows) == {(i, c) for i in script.INPUTS for c in ("plain", "leave_user_out")}
+    for which in ("training window", "validation input"):                  # the user alone counts every pair once
+        assert rows[(which, "plain")][1] == "0.0%" and rows[(which, "plain")][4] == "0.0%"
+    assert rows[("test input", "plain")][4] == rows[("test input", "leave_user_out")][4]   # newest: never own
+    with pytest.raises(SystemExit):
+        script.main(["--dataset", "synthetic", "--max-len", "1"])
