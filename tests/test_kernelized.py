@@ -291,3 +291,36 @@ def test_leave_user_out_model_is_called_with_users():
     with pytest.raises(ConfigError, match="users="):
         model(ids)
     assert user_inputs(build_model("rksa-c", 9, L), users) == {}            # the default needs no users
+
+
+def test_sample_gradient_is_finite_when_delta_rounds_to_one():
+    alpha = torch.tensor([[0.5, 5000.0, 20.0]], requires_grad=True)
+    chol = torch.linalg.cholesky(_random_correlation(3).float())
+    delta = alpha / torch.sqrt(1.0 + alpha ** 2)                           # 1.0 in float32 for α = 5000
+    z = skew_normal_sample(torch.zeros(1, 3), torch.ones(1, 3), delta, chol, torch.Generator().manual_seed(0),
+                           spread=torch.rsqrt(1.0 + alpha ** 2))
+    z.sum().backward()
+    assert torch.isfinite(alpha.grad).all()
+    plain = torch.tensor([[0.5, 2.0, 3.0]])
+    d = plain / torch.sqrt(1 + plain ** 2)
+    a = skew_normal_sample(torch.zeros(1, 3), torch.ones(1, 3), d, chol, torch.Generator().manual_seed(0))
+    b = skew_normal_sample(torch.zeros(1, 3), torch.ones(1, 3), d, chol, torch.Generator().manual_seed(0),
+                           spread=torch.rsqrt(1 + plain ** 2))
+    torch.testing.assert_close(a, b)                                       # the same sample where both are exact
+
+
+def test_evaluation_does_not_build_psi_unless_weights_are_asked(monkeypatch):
+    att, provider = _layer("ciu")
+    att.eval()
+    calls = []
+    original = KernelizedAttention.correlation
+    monkeypatch.setattr(KernelizedAttention, "correlation",
+                        lambda self, *a: calls.append(1) or original(self, *a))
+    ids = torch.tensor([[0, 0, 1, 2, 3, 4, 5]])
+    x = torch.randn(1, L, D)
+    with torch.no_grad():
+        out, _ = att(x, _ctx(ids))
+        assert calls == [] and att.last_psi is None
+        out2, _ = att(x, _ctx(ids, need_weights=True))
+    assert calls == [1] and att.last_psi is not None
+    torch.testing.assert_close(out, out2)

@@ -64,12 +64,14 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 # ----------------------------------------------------------------------------- pieces, testable alone
 def skew_normal_sample(xi: torch.Tensor, omega: torch.Tensor, delta: torch.Tensor, chol: torch.Tensor,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+                       generator: torch.Generator | None = None, spread: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 13: ``z = ξ + ω ⊙ (δ |y_0| + sqrt(1 - δ^2) y)`` with ``y_0 ~ N(0, 1)`` per row and ``y ~ N(0, ψ)``.
 
     Args:
         xi, omega, delta: ``(..., R, N)`` location, scale and ``δ in [0, 1)`` (``R`` rows of ``N`` keys).
         chol: ``(..., N, N)`` lower Cholesky factor of ``ψ`` (broadcast over the heads and rows).
+        spread: ``sqrt(1 - δ^2)`` if the caller has it in a stable form (``1 / sqrt(1 + α^2)``: with ``δ``
+            rounded to 1, as bf16 does from ``α ≈ 16``, ``sqrt(1 - δ^2)`` is 0 and its gradient is not finite).
     Returns:
         ``(..., R, N)`` samples, differentiable in ``xi, omega, delta, chol``.
     """
@@ -77,7 +79,9 @@ def skew_normal_sample(xi: torch.Tensor, omega: torch.Tensor, delta: torch.Tenso
     y0 = torch.randn((*shape[:-1], 1), generator=generator, dtype=xi.dtype, device=xi.device).abs()
     eps = torch.randn(shape, generator=generator, dtype=xi.dtype, device=xi.device)
     y = eps @ chol.transpose(-2, -1)                                  # rows ~ N(0, L L^T = ψ)
-    return xi + omega * (delta * y0 + torch.sqrt(1.0 - delta ** 2) * y)
+    if spread is None:
+        spread = torch.sqrt(1.0 - delta ** 2)
+    return xi + omega * (delta * y0 + spread * y)
 
 
 def skew_normal_mean(xi: torch.Tensor, omega: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
@@ -306,11 +310,13 @@ class KernelizedAttention(Attention):
         omega = F.softplus(self._row_logits(self.scale_qk, x)) + 1e-4                # (B, H, R, L)
         alpha = F.softplus(self._row_logits(self.shape_qk, x)) * stats["shape"][:, None, rows]
         delta = alpha / torch.sqrt(1.0 + alpha ** 2)
-        psi = self.correlation(x, ctx, stats)
+        spread = torch.rsqrt(1.0 + alpha ** 2)                                        # sqrt(1 - δ^2), stably
+        # ψ shapes the noise and the listwise loss only: the mean logit at evaluation does not read it
+        psi = self.correlation(x, ctx, stats) if self.training or ctx.need_weights else None
         self.last_psi = psi.detach() if ctx.need_weights else None
         if self.training and self.stochastic:
             chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None]           # (B, 1, L, L)
-            z = skew_normal_sample(xi[:, :, rows], omega, delta, chol)
+            z = skew_normal_sample(xi[:, :, rows], omega, delta, chol, spread=spread)
         else:
             z = skew_normal_mean(xi[:, :, rows], omega, delta)
         if self.stochastic_rows == "last":                                            # the other rows: Ξ alone
