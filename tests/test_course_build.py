@@ -55,6 +55,27 @@ def test_student_notebooks_follow_the_conventions(path):
         assert "### BEGIN SOLUTION" not in cell.source
 
 
+def _measured_seconds(table: str) -> dict[str, float]:
+    rows = (line.split("|") for line in (ROOT / "results" / "benchmarks" / table).read_text().splitlines())
+    return {r[1].strip(): float(r[3]) for r in rows if len(r) > 4 and r[1].strip()[:2].isdigit()}
+
+
+@pytest.mark.parametrize("path", sorted(SOLUTIONS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_estimated_running_times_are_the_committed_measurements(path):
+    """Each notebook's 'Running every cell takes ...' gives the figures of the committed notebook_times tables."""
+    import re
+
+    intro = "".join(nbformat.read(path, as_version=4).cells[1].source)
+    found = re.search(r"Running every cell takes about ([\d.]+) (seconds|minutes) in the default `small` mode and "
+                      r"([\d.]+) (seconds|minutes) in `smoke` mode .*? and ([\d.]+) (seconds|minutes) in `small` mode on one "
+                      r"thread", intro, re.S)
+    assert found, "the introduction states the running times (see benchmarks/notebook_times.py)"
+    said = [float(found.group(i)) * (60 if found.group(i + 1) == "minutes" else 1) for i in (1, 3, 5)]
+    for value, table in zip(said, ("notebook_times_small.md", "notebook_times_smoke.md", "notebook_times_small_1thread.md")):
+        measured = _measured_seconds(table)[path.stem]
+        assert abs(value - measured) <= max(1.0, 0.05 * measured), f"{value:.0f} s stated, {measured:.1f} s in {table}"
+
+
 def test_check_command_succeeds_on_the_repository(capsys):
     assert main(["build-notebooks", "--check"]) == 0
     assert "up to date" in capsys.readouterr().out
