@@ -194,6 +194,20 @@ def test_sampled_candidates(split):
     assert not torch.equal(other.stage_data("test").candidates, ev.stage_data("test").candidates)
 
 
+def test_validation_and_test_draw_different_negatives(split):
+    """Selecting on validation must not see the test's candidates: a user's negatives differ between the stages
+    (and the test draw is the one earlier versions made, so kept models' test numbers still reproduce)."""
+    ev = Evaluator(split, MAX_LEN, EvalProtocol("sampled100", seed=3))
+    valid, test = ev.stage_data("valid"), ev.stage_data("test")
+    negatives = {stage: {int(u): set(d.candidates[row, 1:].tolist()) for row, u in enumerate(d.users)}
+                 for stage, d in (("valid", valid), ("test", test))}
+    shared = [len(negatives["valid"][u] & negatives["test"][u]) for u in negatives["test"] if u in negatives["valid"]]
+    assert shared and max(shared) < 100
+    # about what two independent draws of 100 from a user's allowed items share: 100^2 / allowed
+    expected = [100 * 100 / (N_ITEMS - len(split.history(u, "test")) - 1) for u in negatives["test"] if u in negatives["valid"]]
+    assert abs(sum(shared) - sum(expected)) / len(shared) < 3
+
+
 def test_sampled_negatives_can_follow_sasrec_code(split):
     """``negatives_exclude="train"``: negatives avoid only the training items and the target, so at test time
     the validation item (the last input item) is sometimes a negative; the default never draws it."""

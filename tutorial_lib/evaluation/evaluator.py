@@ -102,6 +102,9 @@ class Evaluator:
             data.history_ptr = np.concatenate([[0], np.cumsum(lengths)])
             data.history_items = np.concatenate(histories) if histories else np.empty(0, np.int64)
         if proto.sampled:
+            # validation draws its own negatives: with the test's generator a user's 100 negatives would be the
+            # same at both stages, and selecting on validation would pick the epoch on the test's candidates
+            neg_rng = rng if stage == "test" else np.random.default_rng([proto.seed, 1])
             cands = np.empty((len(users), proto.n_negatives + 1), dtype=np.int64)
             for row, (u, t) in enumerate(zip(users, targets)):
                 if proto.negatives_exclude == "history":
@@ -109,7 +112,7 @@ class Evaluator:
                 else:                                  # SASRec's code: the training items (and the target)
                     avoid = np.append(split.history(u, "valid"), t)
                 cands[row, 0] = t
-                cands[row, 1:] = sample_negatives(rng, split.n_items, avoid, proto.n_negatives)
+                cands[row, 1:] = sample_negatives(neg_rng, split.n_items, avoid, proto.n_negatives)
             data.candidates = torch.from_numpy(cands)
         return data
 

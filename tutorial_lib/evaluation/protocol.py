@@ -29,7 +29,8 @@ class EvalProtocol:
         n_negatives: negatives per user for sampled ranking.
         max_users: evaluate a random subset of at most this many users (``None`` = all).
         seed: seeds the negatives and the user subsample; fixed per evaluator, so every epoch and
-            every model sees the same candidates.
+            every model sees the same candidates. Validation and test draw their negatives from different
+            generators, so that selecting on validation never picks an epoch on the test's candidates.
         negatives_exclude: for sampled ranking, ``"history"`` (default): negatives are never in the user's
             training items, validation item or test item; ``"train"``: never a training item or the stage's
             target (SASRec's code; at test time the validation item, which the input ends with, can be drawn).
