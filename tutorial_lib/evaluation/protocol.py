@@ -1,7 +1,8 @@
 """Evaluation protocols: one evaluator, explicit switches.
 
 * ``full``: rank the target against every item; the user's history stays in the ranking (default).
-* ``full-nohist``: full ranking with the items the user already interacted with removed (Locker).
+* ``full-nohist``: full ranking with the items the user already interacted with removed (Locker; its code also
+  removes the test item when it validates and ranks ties optimistically, so only test numbers compare).
 * ``sampled100``: rank the target against 100 sampled negatives (SASRec / RKSA papers).
 
 Which items the sampled negatives avoid is a separate switch (docs/methods.md A13): by default the user's
@@ -33,7 +34,9 @@ class EvalProtocol:
             generators, so that selecting on validation never picks an epoch on the test's candidates.
         negatives_exclude: for sampled ranking, ``"history"`` (default): negatives are never in the user's
             training items, validation item or test item; ``"train"``: never a training item or the stage's
-            target (SASRec's code; at test time the validation item, which the input ends with, can be drawn).
+            target, the items SASRec's code avoids (at test time the validation item, which the input ends with,
+            can be drawn; the code also draws with replacement and can draw the target, where this draws 100
+            distinct items).
     """
 
     name: str = "full"
