@@ -123,6 +123,10 @@ def causal_shape_ratio(cooc: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     ``α̂_tj = Σ_{k<=t} C̄[j,k] C̄[k,t]`` where ``C̄`` is ``C`` with its diagonal replaced by the mean of
     the off-diagonal real entries of the row among the items ``<= t``; then each row is divided by its
     maximum over ``j <= t`` (0 where that maximum is 0). Entries ``j > t`` are 0.
+
+    Only the diagonal (the same *position*) is replaced: two positions that hold the same item keep
+    ``C = P_i``, the item's count, as their co-occurrence (and so does the listwise target). The datasets RKSA
+    is run on here (Video Games, ML-1M) have no repeated items; on data with repeats this favours them.
     """
     B, L, _ = cooc.shape
     v = valid.to(cooc.dtype)
