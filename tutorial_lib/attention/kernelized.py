@@ -314,12 +314,12 @@ class KernelizedAttention(Attention):
         omega = F.softplus(self._row_logits(self.scale_qk, x)) + 1e-4                # (B, H, R, L)
         alpha = F.softplus(self._row_logits(self.shape_qk, x)) * stats["shape"][:, None, rows]
         delta = alpha / torch.sqrt(1.0 + alpha ** 2)
-        spread = torch.rsqrt(1.0 + alpha ** 2)                                        # sqrt(1 - δ^2), stably
         # ψ shapes the noise and the listwise loss only: the mean logit at evaluation does not read it
         psi = self.correlation(x, ctx, stats) if self.training or ctx.need_weights else None
         self.last_psi = psi.detach() if ctx.need_weights else None
         if self.training and self.stochastic:
             chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None]           # (B, 1, L, L)
+            spread = torch.rsqrt(1.0 + alpha ** 2)                                    # sqrt(1 - δ^2), stably
             z = skew_normal_sample(xi[:, :, rows], omega, delta, chol, spread=spread)
         else:
             z = skew_normal_mean(xi[:, :, rows], omega, delta)

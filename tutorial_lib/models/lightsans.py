@@ -8,11 +8,12 @@
 aggregation, softmax over the sequence axis, its scales and initialisation) and to its training on
 prefix samples (``objective="last"``), every input padded to the full ``max_len`` (its unmasked softmax
 counts the padding columns, so a narrower batch would change a user's scores). The padding stays on the
-left, as everywhere in the course, where RecBole pads on the right and counts positions from the oldest item
-(docs/methods.md §1.1): with the unmasked softmax over the sequence axis, the side of the padding changes which
-position rows the real items get and what the softmax normalises over, so the compat mode is the released
-attention's arithmetic, not its exact numbers. The rest of the released model (post-LN blocks, GELU, an inner FFN width of 256, a LayerNorm on the input
-embeddings) is not reproduced: the blocks stay this course's.
+left, as everywhere in the course, where RecBole pads on the right and counts positions from the oldest
+item (docs/methods.md §1.1): with the unmasked softmax over the sequence axis, the side of the padding
+changes which position rows the real items get and what the softmax normalises over, so the compat mode is
+the released attention's arithmetic, not its exact numbers. The rest of the released model (post-LN blocks,
+GELU, an inner FFN width of 256, a LayerNorm on the input embeddings) is not reproduced: the blocks stay
+this course's.
 """
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def _build(n_items: int, max_len: int, decoupled: bool, d_model: int, n_layers: 
 def build_lightsans(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
                     k_interests: int = 20, dropout: float = 0.2, attn_dropout: float = 0.0,
                     ffn_dim: int | None = None, compat: bool = False) -> SequentialRecommender:
-    """LightSANs with decoupled position encoding (paper Eq. 1-4). ``k_interests=20`` is the authors' ML-1M configuration (the paper's text states no k; its Table 3 parameter count fits 20; docs/methods.md §3.2-3.3)."""
+    """LightSANs with decoupled position encoding (paper Eq. 1-4). ``k_interests=20`` is the authors' ML-1M
+    configuration (the paper's text states no k; its Table 3 parameter count fits 20; docs/methods.md §3.2-3.3)."""
     return _build(n_items, max_len, True, d_model, n_layers, n_heads, k_interests, dropout, attn_dropout,
                   ffn_dim, compat)
 
