@@ -28,7 +28,7 @@ import torch
 
 from tutorial_lib.attention import SequenceContext
 from tutorial_lib.attention.kernelized import CooccurrenceProvider
-from tutorial_lib.data import leave_one_out, load_or_synthetic
+from tutorial_lib.data import left_pad, leave_one_out, load_or_synthetic
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.experiments.results import git_commit, publish_table
 
@@ -47,17 +47,13 @@ def shift_statistics(split: LeaveOneOutSplit, provider: CooccurrenceProvider, wh
                      users: np.ndarray, batch_size: int = 256) -> dict[str, float]:
     """Shares of zero / one counts over the real pairs, and of rows that co-occur with no earlier item."""
     totals = dict.fromkeys(("pairs", "zero", "one", "rows", "rows_none", "newest", "newest_none"), 0)
+    earlier = torch.ones(max_len, max_len, dtype=torch.bool).tril(-1)                   # [t, j]: j < t
     for start in range(0, len(users), batch_size):
         chunk = users[start:start + batch_size]
-        seqs = [model_input(split, int(u), which, max_len) for u in chunk]
-        ids = torch.zeros(len(chunk), max_len, dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            if len(seq):
-                ids[row, -len(seq):] = torch.from_numpy(np.asarray(seq, dtype=np.int64))
+        ids = torch.from_numpy(left_pad([model_input(split, int(u), which, max_len) for u in chunk], max_len))
         ctx = SequenceContext.from_item_ids(ids, users=torch.from_numpy(chunk.astype(np.int64)))
         cooc = provider.batch(ctx)["cooc"]                                               # (B, L, L)
         valid = ctx.valid_mask
-        earlier = torch.ones(max_len, max_len, dtype=torch.bool).tril(-1)               # [t, j]: j < t
         pairs = valid[:, :, None] & valid[:, None, :] & earlier                         # real pairs j < t
         totals["pairs"] += int(pairs.sum())
         totals["zero"] += int((pairs & cooc.eq(0)).sum())
@@ -68,7 +64,9 @@ def shift_statistics(split: LeaveOneOutSplit, provider: CooccurrenceProvider, wh
         totals["rows_none"] += int(none.sum())
         totals["newest"] += int(has_earlier[:, -1].sum())
         totals["newest_none"] += int(none[:, -1].sum())
-    share = lambda a, b: totals[a] / max(totals[b], 1)                                  # noqa: E731
+    def share(part: str, whole: str) -> float:
+        return totals[part] / max(totals[whole], 1)
+
     return {"pairs": totals["pairs"], "zero": share("zero", "pairs"), "one": share("one", "pairs"),
             "rows_none": share("rows_none", "rows"), "newest_none": share("newest_none", "newest")}
 
