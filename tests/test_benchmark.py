@@ -81,11 +81,37 @@ def test_a_paused_run_resumes_and_only_then_gets_a_row(tmp_path, small_synthetic
     paused = run_experiment(replace(spec, checkpoint=str(ckpt), deadline=time.time() - 1))
     assert paused.train.stop_reason == "deadline" and not paused.train.finished and paused.train.epochs_run == 1
     assert ckpt.exists() and paused.test == {}
-    assert [st.state for st in bm.status([spec], results, ckpts)] == ["partial"]
+    (st,) = bm.status([spec], results, ckpts)
+    assert st.state == "partial" and st.progress is not None
+    assert (st.progress.epochs, st.progress.best_epoch, st.progress.training_pid) == (1, 1, None)
+    assert st.progress.best_valid == pytest.approx(paused.train.best_valid["ndcg@10"])
+    assert "epoch 1, best valid" in bm.summary([st]) and "paused" in bm.summary([st])
     final = bm.run_benchmark([spec], "resume", results=results, checkpoints=ckpts, log=lambda m: None)
     assert final[0].state == "done"
     (row,) = read_runs(results)
     assert row["epochs"] == "3" and row["stopped"] in ("epochs", "patience")
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a released lock file stays behind on Windows, so it names no live process")
+def test_the_status_of_a_partial_run_says_whether_a_live_process_trains_it(tmp_path, small_synthetic):
+    """The lock file of a run being trained names its process: alive means training now; a crashed runner's
+    leftover names a dead one. A checkpoint that cannot be read leaves the run partial without its progress."""
+    spec = replace(ExperimentSpec(**TINY), model="sasrec", dataset="synthetic")
+    ckpts = tmp_path / "ckpt"
+    ckpts.mkdir()
+    ckpt = bm.checkpoint_path(spec, ckpts)
+    run_experiment(replace(spec, checkpoint=str(ckpt), deadline=time.time() - 1))
+    bm.lock_path(ckpt).write_text(str(os.getpid()))
+    (st,) = bm.status([spec], tmp_path / "runs.csv", ckpts)
+    assert st.progress.training_pid == os.getpid() and f"training now (pid {os.getpid()})" in bm.summary([st])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    bm.lock_path(ckpt).write_text(str(dead.pid))
+    assert bm.status([spec], tmp_path / "runs.csv", ckpts)[0].progress.training_pid is None
+    assert bm.status([spec], tmp_path / "runs.csv", ckpts, progress=False)[0].progress is None
+    ckpt.write_bytes(b"not a checkpoint")
+    (st,) = bm.status([spec], tmp_path / "runs.csv", ckpts)
+    assert st.state == "partial" and st.progress is None and "1 partial" in bm.summary([st])
 
 
 def test_an_exhausted_budget_starts_nothing(tmp_path, small_synthetic):

@@ -21,6 +21,8 @@
 """
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..models.registry import get_model_entry
+from ..training.checkpoint import load_checkpoint
 from ..utils.locks import HeldLock, try_hold
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
 from .run import ExperimentSpec, run_experiment
@@ -106,11 +109,22 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
 
 
 @dataclass
+class RunProgress:
+    """How far a partial run has got, read from its checkpoint."""
+    epochs: int                    # epochs trained so far
+    best_epoch: int                # the epoch with the best validation so far (0 before the first validation)
+    best_valid: float | None       # the selection metric there (validation NDCG@10 unless the run selects otherwise)
+    train_seconds: float
+    training_pid: int | None       # the live process whose id its lock file holds: training it now; else None
+
+
+@dataclass
 class RunStatus:
     spec: ExperimentSpec
     state: str            # "done", "partial" (a checkpoint exists) or "pending"
     checkpoint: Path
     row: dict | None = None
+    progress: RunProgress | None = None   # for a partial run whose checkpoint could be read (``status(progress=True)``)
 
 
 def checkpoint_path(spec: ExperimentSpec, folder: Path) -> Path:
@@ -122,16 +136,54 @@ def models_folder(checkpoints: Path) -> Path:
     return Path(checkpoints).parent / "models"
 
 
-def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path) -> list[RunStatus]:
-    """Which runs are finished (a row with their ``run_id``), partial (a checkpoint) or pending."""
+def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path,
+           progress: bool = True) -> list[RunStatus]:
+    """Which runs are finished (a row with their ``run_id``), partial (a checkpoint) or pending; with
+    ``progress``, how far each partial run has got (:func:`read_progress`)."""
     rows = {(r.get("run_id"), r.get("protocol")): r for r in read_runs(results) if r.get("run_id")}
     out = []
     for spec in specs:
         ckpt = checkpoint_path(spec, checkpoints)
         row = rows.get((spec.run_id(), spec.protocol))
         state = "done" if row else "partial" if ckpt.exists() else "pending"
-        out.append(RunStatus(spec, state, ckpt, row))
+        out.append(RunStatus(spec, state, ckpt, row, read_progress(ckpt) if progress and state == "partial" else None))
     return out
+
+
+def read_progress(checkpoint: Path) -> RunProgress | None:
+    """The epochs, best validation and training time a checkpoint holds, and whether a live process is training
+    it (its lock file names one); ``None`` when the checkpoint cannot be read (it is never left half-written, but
+    it may be removed by the run finishing meanwhile)."""
+    try:
+        state = load_checkpoint(checkpoint)
+        best = state.get("best") or {}
+        metric = float(best.get("metric", -math.inf))
+        progress = RunProgress(epochs=int(state["epoch"]), best_epoch=int(best.get("epoch", 0)),
+                               best_valid=metric if math.isfinite(metric) else None,
+                               train_seconds=float(state.get("train_seconds", 0.0)), training_pid=None)
+    except Exception:   # noqa: BLE001 - a status display must not fail on one unreadable file
+        return None
+    progress.training_pid = live_lock_holder(lock_path(checkpoint))
+    return progress
+
+
+def live_lock_holder(lock: Path) -> int | None:
+    """The process id written in a run's lock file when that process is alive, else ``None``.
+
+    Read only: taking the lock to test it could make a starting runner skip the run. A runner removes its lock
+    file when it finishes, so a file naming a dead process is a crash's leftover. On Windows, where a released
+    lock file stays behind, this always returns ``None``.
+    """
+    if os.name == "nt":
+        return None
+    try:
+        pid = int(Path(lock).read_text().strip())
+        os.kill(pid, 0)
+    except PermissionError:    # alive, owned by another user
+        return pid
+    except (OSError, ValueError):
+        return None
+    return pid
 
 
 def summary(statuses: Sequence[RunStatus]) -> str:
@@ -150,12 +202,25 @@ def summary(statuses: Sequence[RunStatus]) -> str:
         s, r = st.spec, st.row or {}
         if r:
             spent += float(r.get("train_seconds") or 0.0)
-        lines.append(f"{s.dataset:14s} {s.model:16s} {s.loss:10s} {s.seed:4d}  {st.state:8s} "
-                     f"{num(r, 'hr@10', '.4f'):>7s} {num(r, 'ndcg@10', '.4f'):>8s} {num(r, 'seconds_per_epoch', '.1f'):>8s}")
+        head = f"{s.dataset:14s} {s.model:16s} {s.loss:10s} {s.seed:4d}  {st.state:8s} "
+        if st.progress is not None:
+            lines.append(head + describe_progress(st.progress))
+        else:
+            lines.append(head + f"{num(r, 'hr@10', '.4f'):>7s} {num(r, 'ndcg@10', '.4f'):>8s} "
+                                f"{num(r, 'seconds_per_epoch', '.1f'):>8s}")
     counts = {k: sum(st.state == k for st in statuses) for k in ("done", "partial", "pending")}
+    partial = sum(st.progress.train_seconds for st in statuses if st.progress is not None)
     lines.append(f"{len(statuses)} runs: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending; "
-                 f"{spent / 60:.1f} min of training in the finished runs")
+                 f"{spent / 60:.1f} min of training in the finished runs"
+                 + (f", {partial / 60:.1f} in the partial ones" if partial else ""))
     return "\n".join(lines)
+
+
+def describe_progress(p: RunProgress) -> str:
+    """``epoch 33, best valid 0.0412 at 30, 3.7 min, training now (pid 1234)``: one partial run's line."""
+    best = f"best valid {p.best_valid:.4f} at {p.best_epoch}" if p.best_valid is not None else "not validated yet"
+    where = f"training now (pid {p.training_pid})" if p.training_pid is not None else "paused"
+    return f"epoch {p.epochs}, {best}, {p.train_seconds / 60:.1f} min, {where}"
 
 
 def lock_path(checkpoint: Path) -> Path:
@@ -187,7 +252,7 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
     data_cache: dict[str, object] = {}
     for planned in specs:
         # read afresh before each run: another invocation sharing the results file may have finished it meanwhile
-        st = status([planned], results, checkpoints)[0]
+        st = status([planned], results, checkpoints, progress=False)[0]
         if st.state == "done":
             continue
         if deadline is not None and time.time() >= deadline:
@@ -227,4 +292,4 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
 
 
 __all__ = ["BENCHMARK_MODELS", "BENCHMARK_DATASETS", "parse_models", "parse_datasets", "plan", "status", "summary",
-           "run_benchmark", "claim_run", "RunStatus"]
+           "run_benchmark", "claim_run", "read_progress", "RunStatus", "RunProgress"]
