@@ -161,6 +161,17 @@ def test_benchmark_progress_counts_the_cells_run_and_estimates_the_rest_from_the
     assert "| **all** | 3 / 72 | 4 |" in table
 
 
+def test_benchmark_hardware_names_the_machines_the_counted_runs_trained_on(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "hardware": "cpu: AMD EPYC x1 threads", "run_id": "a"}, path)
+    append_run({**ROW, "seed": 2, "hardware": "cpu: AMD EPYC x1 threads", "run_id": "b"}, path)
+    append_run({**ROW, "seed": 3, "hardware": "cpu: Intel Xeon x2 threads", "run_id": "c"}, path)
+    append_run({**ROW, "model": "fparec", "run_id": "d"}, path)                          # no hardware recorded
+    append_run({**ROW, "dataset": "synthetic", "hardware": "cpu: Laptop x1 threads", "run_id": "e"}, path)
+    hardware = report.benchmark_hardware(report.latest_runs(report.read_runs(path)))
+    assert hardware == "AMD EPYC, 1 thread: 2 runs; Intel Xeon, 2 threads: 1 run; not recorded: 1 run"
+
+
 def test_model_options_other_than_the_presets_name_their_own_configuration_and_reach_the_paper_s_cells(tmp_path):
     one_head = {**ROW, "dataset": "video", "loss": "bce", "protocol": "sampled100", "max_len": 50}
     assert report.run_label({**one_head, "options": "dropout=0.5 n_heads=1"}) == "sasrec (bce, n_heads=1)"

@@ -705,6 +705,29 @@ def _kernel_section(runs: list[dict]) -> list[str]:
             "MovieLens, data we do not have):", table]
 
 
+def benchmark_cells(runs: list[dict], protocol: str = HEADLINE) -> dict[str, list[list[dict]]]:
+    """The complete benchmark's cells: for each dataset of ``BENCHMARK_DATASETS``, the rows of each method of
+    ``BENCHMARK_MODELS`` in that order (an empty list where the method has not run there)."""
+    from .benchmark import BENCHMARK_DATASETS, BENCHMARK_MODELS
+
+    groups, _ = benchmark_groups(runs, protocol)
+    return {dataset: [groups.get((method_label(model, loss), dataset), []) for model, loss in BENCHMARK_MODELS]
+            for dataset in BENCHMARK_DATASETS}
+
+
+def benchmark_hardware(runs: list[dict], protocol: str = HEADLINE) -> str:
+    """The machines the complete benchmark's runs trained on, as their rows record them, most runs first:
+    ``AMD EPYC, 1 thread: 84 runs; Intel(R) Xeon(R) Processor @ 2.50GHz, 1 thread: 30 runs``."""
+    counts: dict[str, int] = {}
+    for cells in benchmark_cells(runs, protocol).values():
+        for r in (r for rs in cells for r in rs):
+            name = str(r.get("hardware") or "not recorded").removeprefix("cpu: ")
+            name = re.sub(r" x(\d+) threads?$", lambda m: f", {m[1]} thread{'s' if m[1] != '1' else ''}", name)
+            counts[name] = counts.get(name, 0) + 1
+    return "; ".join(f"{name}: {n} run{'s' if n != 1 else ''}"
+                     for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
     """How much of the complete benchmark (every method of ``BENCHMARK_MODELS`` on every dataset of
     ``BENCHMARK_DATASETS``, at least one seed) has run, the training time it took, and an estimate of the rest
@@ -713,17 +736,12 @@ def benchmark_progress(runs: list[dict], protocol: str = HEADLINE) -> str:
     from .benchmark import BENCHMARK_DATASETS, BENCHMARK_MODELS
     from .presets import dataset_group
 
-    groups, _ = benchmark_groups(runs, protocol)
     lines = ["| dataset | methods run | runs (seeds) | training hours so far | estimated hours for the rest (1 seed) |",
              "|---|---:|---:|---:|---:|"]
     per_dataset: dict[str, tuple[list[float], int]] = {}
-    for dataset in BENCHMARK_DATASETS:
-        times, missing = [], 0
-        for model, loss in BENCHMARK_MODELS:
-            rs = groups.get((method_label(model, loss), dataset), [])
-            times += [r["train_seconds"] for r in rs if not math.isnan(r["train_seconds"])]
-            missing += not rs
-        per_dataset[dataset] = (times, missing)
+    for dataset, cells in benchmark_cells(runs, protocol).items():
+        times = [r["train_seconds"] for rs in cells for r in rs if not math.isnan(r["train_seconds"])]
+        per_dataset[dataset] = (times, sum(not rs for rs in cells))
     everything = [t for times, _ in per_dataset.values() for t in times]
     by_group: dict[str, list[float]] = {}
     for dataset, (times, _) in per_dataset.items():
@@ -858,9 +876,10 @@ def render_section(results: Path | None = None) -> str:
 
 
 def _progress_section(runs: list[dict]) -> list[str]:
-    return ["**How far the complete benchmark is** (every method of the main table's list on every dataset; one "
-            "CPU core per run on this machine's 2-core AMD EPYC; epoch time only, the validation passes come on top; "
-            "the estimate is the median finished run of the dataset, or of the sparse datasets where it has none):",
+    return ["**How far the complete benchmark is** (every method of the main table's list on every dataset, "
+            f"trained on the hardware its rows record ({benchmark_hardware(runs)}); epoch time only, the validation "
+            "passes come on top; the estimate is the median finished run of the dataset, or of the sparse datasets "
+            "where it has none):",
             benchmark_progress(runs)]
 
 
