@@ -124,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--time-budget", type=float, default=None,
                     help="seconds of wall-clock time for this invocation; rerun the same command to continue")
     bm.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
-    bm.add_argument("--dry-run", action="store_true", help="print the plan and its status, run nothing")
+    bm.add_argument("--dry-run", action="store_true",
+                    help="print the plan and each run's state (done: its test metrics; partial: its epoch, best "
+                         "validation so far and whether a process is training it now), run nothing")
     bm.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
