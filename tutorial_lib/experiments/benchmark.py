@@ -158,13 +158,12 @@ def read_progress(checkpoint: Path) -> RunProgress | None:
         state = load_checkpoint(checkpoint)
         best = state.get("best") or {}
         metric = float(best.get("metric", -math.inf))
-        progress = RunProgress(epochs=int(state["epoch"]), best_epoch=int(best.get("epoch", 0)),
-                               best_valid=metric if math.isfinite(metric) else None,
-                               train_seconds=float(state.get("train_seconds", 0.0)), training_pid=None)
+        epochs, best_epoch = int(state["epoch"]), int(best.get("epoch", 0))
+        train_seconds = float(state.get("train_seconds", 0.0))
     except Exception:   # noqa: BLE001 - a status display must not fail on one unreadable file
         return None
-    progress.training_pid = live_lock_holder(lock_path(checkpoint))
-    return progress
+    return RunProgress(epochs=epochs, best_epoch=best_epoch, best_valid=metric if math.isfinite(metric) else None,
+                       train_seconds=train_seconds, training_pid=live_lock_holder(lock_path(checkpoint)))
 
 
 def live_lock_holder(lock: Path) -> int | None:

@@ -21,6 +21,7 @@ import argparse
 import math
 import re
 import sys
+from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -718,12 +719,11 @@ def benchmark_cells(runs: list[dict], protocol: str = HEADLINE) -> dict[str, lis
 def benchmark_hardware(runs: list[dict], protocol: str = HEADLINE) -> str:
     """The machines the complete benchmark's runs trained on, as their rows record them, most runs first:
     ``AMD EPYC, 1 thread: 84 runs; Intel(R) Xeon(R) Processor @ 2.50GHz, 1 thread: 30 runs``."""
-    counts: dict[str, int] = {}
-    for cells in benchmark_cells(runs, protocol).values():
-        for r in (r for rs in cells for r in rs):
-            name = str(r.get("hardware") or "not recorded").removeprefix("cpu: ")
-            name = re.sub(r" x(\d+) threads?$", lambda m: f", {m[1]} thread{'s' if m[1] != '1' else ''}", name)
-            counts[name] = counts.get(name, 0) + 1
+    def machine(row: dict) -> str:
+        name = str(row.get("hardware") or "not recorded").removeprefix("cpu: ")
+        return re.sub(r" x(\d+) threads?$", lambda m: f", {m[1]} thread{'s' if m[1] != '1' else ''}", name)
+
+    counts = Counter(machine(r) for cells in benchmark_cells(runs, protocol).values() for rs in cells for r in rs)
     return "; ".join(f"{name}: {n} run{'s' if n != 1 else ''}"
                      for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
