@@ -269,6 +269,15 @@ def test_sasrec_bad_settings():
         build_model("sasrec", N_ITEMS, MAX_LEN, dropout=1.0)
 
 
+@pytest.mark.parametrize("name", [m for m in MODELS if "n_heads" in get_model_entry(m).options()])
+@pytest.mark.parametrize("n_heads, message", [(0, "n_heads must be >= 1, got 0"),
+                                              (3, "d_model=16 must be divisible by n_heads=3")])
+def test_every_model_refuses_impossible_heads(name, n_heads, message):
+    """`--heads 0` used to end in a ZeroDivisionError inside the attention module's constructor."""
+    with pytest.raises(ConfigError, match=message):
+        make(name, n_heads=n_heads)
+
+
 def test_input_longer_than_max_len():
     model = make("sasrec")
     with pytest.raises(ConfigError, match="max_len"):

@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import ConfigError
+
 
 @dataclass
 class SequenceContext:
@@ -90,6 +92,15 @@ class SequenceContext:
 
     def has_padding(self) -> bool:
         return bool(self.padding_mask.any())
+
+
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Raise :class:`ConfigError` unless ``n_heads >= 1`` divides ``d_model`` (each head gets ``d_model / n_heads``
+    channels)."""
+    if n_heads < 1:
+        raise ConfigError(f"n_heads must be >= 1, got {n_heads}")
+    if d_model % n_heads:
+        raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
 
 
 class Attention(nn.Module):

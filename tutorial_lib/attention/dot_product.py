@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ConfigError
-from .base import Attention, SequenceContext, merge_heads, split_heads
+from .base import Attention, SequenceContext, check_heads, merge_heads, split_heads
 
 
 def naive_attention(
@@ -44,8 +43,7 @@ class DotProductAttention(Attention):
     def __init__(self, d_model: int, n_heads: int, attn_dropout: float = 0.0, out_proj: bool = True,
                  bias: bool = True):
         super().__init__()
-        if d_model % n_heads:
-            raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        check_heads(d_model, n_heads)
         self.d_model, self.n_heads, self.attn_dropout = d_model, n_heads, attn_dropout
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias) if out_proj else nn.Identity()

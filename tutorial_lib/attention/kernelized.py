@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, float32_region, merge_heads, split_heads
+from .base import Attention, SequenceContext, check_heads, float32_region, merge_heads, split_heads
 
 KERNELS = "ciu"
 JITTER = 1e-3
@@ -230,8 +230,7 @@ class KernelizedAttention(Attention):
         if stochastic_rows not in ("all", "last"):
             raise ConfigError(f"stochastic_rows must be 'all' (every query row) or 'last' (only the most recent "
                               f"item's row, docs/methods.md A1), got {stochastic_rows!r}")
-        if d_model % n_heads:
-            raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        check_heads(d_model, n_heads)
         kernels = "".join(sorted(set(kernels.lower()), key=KERNELS.index)) if set(kernels.lower()) <= set(KERNELS) \
             else None
         if not kernels:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, merge_heads, split_heads
+from .base import Attention, SequenceContext, check_heads, merge_heads, split_heads
 from .dot_product import naive_attention
 from .pairwise_bias import pairwise_mlp_bias
 
@@ -97,8 +97,7 @@ class LocalAttention(Attention):
                  attn_dropout: float = 0.0, position_table: nn.Embedding | None = None, compat: bool = False,
                  gauss_a: float = 1.0, gauss_b: float = 0.5, causal: bool = True):
         super().__init__()
-        if d_model % n_heads:
-            raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        check_heads(d_model, n_heads)
         if encoder not in ENCODERS:
             raise ConfigError(f"unknown local encoder {encoder!r}; valid encoders are: {', '.join(ENCODERS)}")
         if not 1 <= n_local <= n_heads:

@@ -40,7 +40,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, apply_shared_pattern, float32_region, merge_heads, split_heads
+from .base import (Attention, SequenceContext, apply_shared_pattern, check_heads, float32_region, merge_heads,
+                   split_heads)
 
 #: logits are soft-capped to this magnitude before any exponential (see the module docstring)
 LOGIT_CAP = 30.0
@@ -207,8 +208,7 @@ class LowRankAttention(Attention):
     def __init__(self, d_model: int, n_heads: int, k_interests: int, attn_dropout: float = 0.0,
                  position_table: nn.Embedding | None = None, compat: bool = False, chunk: int = 32):
         super().__init__()
-        if d_model % n_heads:
-            raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        check_heads(d_model, n_heads)
         if k_interests < 1:
             raise ConfigError(f"k_interests must be >= 1, got {k_interests}")
         if chunk < 1:

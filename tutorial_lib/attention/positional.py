@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import ConfigError
-from .base import Attention, SequenceContext, apply_shared_pattern, merge_heads, split_heads
+from .base import Attention, SequenceContext, apply_shared_pattern, check_heads, merge_heads, split_heads
 from .low_rank import soft_cap
 
 PATTERNS = ("average", "linear", "exponential")
@@ -82,8 +82,7 @@ class PositionalAttention(Attention):
     def __init__(self, d_model: int, n_heads: int, max_len: int, kind: str = "full", rank: int = 40,
                  attn_dropout: float = 0.0, out_proj: bool = False, tau: float = 1.0):
         super().__init__()
-        if d_model % n_heads:
-            raise ConfigError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        check_heads(d_model, n_heads)
         if kind not in ("full", "factorized", *PATTERNS):
             raise ConfigError(f"kind must be 'full', 'factorized' or one of {PATTERNS}, got {kind!r}")
         if kind == "factorized" and not 1 <= rank <= max_len:
