@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tutorial_lib.data import make_synthetic
-from tutorial_lib.errors import UnknownNameError
+from tutorial_lib.errors import ConfigError, UnknownNameError
 from tutorial_lib.experiments import benchmark as bm
 from tutorial_lib.experiments.results import read_runs
 from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
@@ -42,6 +42,10 @@ def test_plan_covers_models_datasets_and_seeds():
     negatives = {(s.model, s.loss): s.n_negatives for s in bm.plan(sampled, ["beauty"], [42], base)}
     assert negatives[("sasrec", "sampled-ce")] == 1024 and negatives[("sasrec", "bce")] is None
     assert bm.plan([("sasrec", "bce")], ["beauty"], [42], ExperimentSpec(n_negatives=5))[0].n_negatives == 5
+    mixed = bm.plan([("sasrec", "ce"), ("sasrec", "bce")], ["beauty"], [42], ExperimentSpec(n_negatives=5))
+    assert [s.n_negatives for s in mixed] == [None, None]     # full CE samples nothing; BCE is not the base loss
+    with pytest.raises(ConfigError, match="samples nothing"):
+        bm.plan([("sasrec", "ce"), ("fparec", "ce")], ["beauty"], [42], ExperimentSpec(n_negatives=5))
     with pytest.raises(UnknownNameError, match="sasrec"):
         bm.parse_models(["sasrek"], "ce")
 

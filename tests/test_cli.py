@@ -136,6 +136,18 @@ def test_max_len_too_small(tmp_path, monkeypatch, capsys, max_len):
     assert "max_len must be >= 2" in err and f"got {max_len}" in err
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--negatives", "100"], "loss 'ce' scores every item and samples nothing"),
+    (["--mask-prob", "0.3"], "'sasrec' predicts the next item and masks nothing"),
+])
+def test_settings_the_run_would_ignore_are_refused(tmp_path, capsys, argv, message):
+    """They used to be accepted and silently ignored, so the learner believed they had changed the run."""
+    assert main(["train", "--epochs", "1", "--quiet", "--no-results", "--checkpoint", str(tmp_path / "c.pt"),
+                 *argv]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "c.pt").exists()
+
+
 def test_bad_option_lists_valid_options(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--option", "bogus=1") == 2

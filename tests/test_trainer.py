@@ -306,4 +306,6 @@ def test_bad_config():
         TrainConfig(window_sampling="oldest")
     with pytest.raises(ConfigError, match="time_budget"):
         TrainConfig(time_budget=-5)
+    with pytest.raises(ConfigError, match="samples nothing"):       # negatives would be silently ignored
+        TrainConfig(loss="ce", n_negatives=100)
     assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1

@@ -31,6 +31,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..models.registry import get_model_entry
 from ..training.checkpoint import load_checkpoint
+from ..training.trainer import NEGATIVES_WITH_FULL_CE
 from ..utils.locks import HeldLock, try_hold
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
 from .run import ExperimentSpec, run_experiment
@@ -79,8 +80,9 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
     """One spec per (dataset, model, seed), datasets outermost (a dataset is loaded once per invocation).
 
     ``base.model_options`` go to every model that has the option (``d_model`` to all, ``k`` to FPARec only).
-    ``base.n_negatives`` goes to the models trained with ``base.loss`` (or to all when they share one loss):
-    ``--loss sampled-ce --negatives 1024`` must not give SASRec with BCE 1,024 negatives per position.
+    ``base.n_negatives`` goes to the models trained with ``base.loss`` (or to all when they share one loss), never
+    to full cross-entropy: ``--loss sampled-ce --negatives 1024`` must not give SASRec with BCE 1,024 negatives
+    per position.
     """
     base = base or ExperimentSpec()
     one_loss = len({loss for _, loss in models}) == 1
@@ -98,7 +100,12 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
         valid = get_model_entry(model).options()
         return {k: v for k, v in base.model_options.items() if k in valid}
 
+    if base.n_negatives is not None and all(loss == "ce" for _, loss in models):
+        raise ConfigError(NEGATIVES_WITH_FULL_CE)
+
     def negatives(loss: str) -> int | None:
+        if loss == "ce":
+            return None           # the full cross-entropy samples nothing
         return base.n_negatives if one_loss or loss == base.loss else None
 
     specs = [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m), n_negatives=negatives(loss))

@@ -79,6 +79,11 @@ class ExperimentSpec:
         raw = f"{self.model}_{self.dataset}_{self.loss}_{self.protocol}_s{self.seed}"
         return re.sub(r"[^A-Za-z0-9_.@-]+", "-", raw)
 
+    @property
+    def cloze(self) -> bool:
+        """Whether the model trains by recovering masked items (BERT4Rec and its Locker variants)."""
+        return self.model.startswith("bert4rec")
+
     def resolved_mask_prob(self) -> float:
         """Share of masked items for cloze-trained models: given, else the preset (0.2 ML, 0.6 sparse)."""
         if self.mask_prob is not None:
@@ -91,13 +96,16 @@ class ExperimentSpec:
                 "eval_every": self.eval_every, "eval_users": self.eval_users,
                 "n_negatives": self.n_negatives if self.loss != "ce" else None,   # full CE samples nothing
                 "precision": self.precision, "bucketing": self.bucketing, "weighting": self.weighting,
-                **({"mask_prob": self.resolved_mask_prob()} if self.model.startswith("bert4rec") else {}),
+                **({"mask_prob": self.resolved_mask_prob()} if self.cloze else {}),
                 **({"time_budget": self.time_budget} if self.time_budget is not None else {}),
                 **({"lr_decay": self.lr_decay} if self.lr_decay is not None else {}),
                 **({"windows": self.window_sampling} if self.window_sampling != "recent" else {})}
 
     def train_config(self) -> TrainConfig:
         """The trainer's settings for this run (validated: impossible values raise :class:`ConfigError`)."""
+        if self.mask_prob is not None and not self.cloze:
+            raise ConfigError(f"mask_prob (--mask-prob) is for the cloze-trained models (bert4rec, "
+                              f"bert4rec-locker-*); {self.model!r} predicts the next item and masks nothing")
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, loss=self.loss,
                            n_negatives=self.n_negatives, eval_every=self.eval_every, patience=self.patience,
                            lr_decay=self.lr_decay,

@@ -33,6 +33,11 @@ WEIGHTINGS = ("target", "batch")
 QUIET_ENV = "TUTORIAL_LIB_QUIET"
 
 
+#: why negatives and the full cross-entropy do not go together (raised by TrainConfig and the benchmark's plan)
+NEGATIVES_WITH_FULL_CE = ("n_negatives (--negatives) is for the sampled losses 'bce' and 'sampled-ce'; loss 'ce' "
+                          "scores every item and samples nothing: leave the negatives out or choose a sampled loss")
+
+
 @dataclass
 class TrainConfig:
     """Settings of one training run.
@@ -134,6 +139,8 @@ class TrainConfig:
             raise ConfigError(f"time_budget (seconds of training) must be >= 0, got {self.time_budget}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
+        if self.n_negatives is not None and self.loss == "ce":
+            raise ConfigError(NEGATIVES_WITH_FULL_CE)
         if isinstance(self.ce_chunk, numbers.Integral) and not isinstance(self.ce_chunk, bool):
             self.ce_chunk = int(self.ce_chunk)               # numpy integers too; a plain int in checkpoints
         rows_ok = type(self.ce_chunk) is int and self.ce_chunk >= 1
