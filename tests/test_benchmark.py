@@ -121,9 +121,12 @@ def test_the_status_of_a_partial_run_says_whether_a_live_process_trains_it(tmp_p
 def test_an_exhausted_budget_starts_nothing(tmp_path, small_synthetic):
     specs = bm.plan([("sasrec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY))
     messages = []
-    final = bm.run_benchmark(specs, "x", time_budget=-1, results=tmp_path / "r.csv", checkpoints=tmp_path / "c",
+    final = bm.run_benchmark(specs, "x", time_budget=0, results=tmp_path / "r.csv", checkpoints=tmp_path / "c",
                              log=messages.append)
     assert final[0].state == "pending" and "time budget" in messages[0]
+    with pytest.raises(ConfigError, match="must be >= 0, got -1"):
+        bm.run_benchmark(specs, "x", time_budget=-1, results=tmp_path / "r.csv", checkpoints=tmp_path / "c")
+    assert not (tmp_path / "r.csv").exists()
 
 
 def test_extra_protocols_rank_the_same_model_and_count_as_done(tmp_path, small_synthetic):

@@ -184,6 +184,8 @@ def test_argparse_rejects_unknown_loss(capsys):
     (["--epochs", "-3"], "epochs must be >= 1"),
     (["--batch-size", "0"], "batch_size must be >= 1"),
     (["--models", "sasrec@foo"], "foo"),
+    (["--heads", "0"], "n_heads must be >= 1"),
+    (["--option", "k=500"], "rank k must be in 1..max_len"),          # FPARec's: found before SASRec trains
 ])
 def test_benchmark_rejects_bad_plans_before_running_anything(tmp_path, capsys, argv, message):
     base = {"--models": ["sasrec", "fparec"], "--seeds": ["0"]}

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..models import build_model
 from ..models.registry import get_model_entry
 from ..training.checkpoint import load_checkpoint
 from ..training.trainer import NEGATIVES_WITH_FULL_CE
@@ -110,8 +111,13 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
 
     specs = [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m), n_negatives=negatives(loss))
              for d in datasets for m, loss in models for s in seeds]
-    for spec in specs:
-        spec.train_config()   # impossible settings fail now, not hours later when their run comes up
+    built: set[tuple] = set()
+    for spec in specs:        # impossible settings fail now, not hours later when their run comes up
+        spec.train_config()
+        model, max_len, options = spec.model, spec.resolved_max_len(), spec.resolved_model_options()
+        if (model, max_len, repr(options)) not in built:     # a tiny catalogue: the options are what is checked
+            build_model(model, n_items=2, max_len=max_len, n_users=1, **options)
+            built.add((model, max_len, repr(options)))
     return specs
 
 
@@ -251,6 +257,9 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
     finished is read from ``results`` just before it would start, so two invocations whose plans overlap (one
     running the SASRec half of the other's plan, say) never train the same finished run twice.
     """
+    if time_budget is not None and time_budget < 0:
+        raise ConfigError(f"time_budget (seconds of wall-clock time for the whole invocation) must be >= 0, "
+                          f"got {time_budget}")
     results = Path(results) if results is not None else default_results_path()
     checkpoints = Path(checkpoints) if checkpoints is not None else project_root() / "runs" / "benchmark"
     checkpoints.mkdir(parents=True, exist_ok=True)
