@@ -119,12 +119,14 @@ def test_unknown_model(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "runs.csv").exists()
 
 
-def test_unknown_dataset(tmp_path, capsys):
-    assert train(tmp_path, "--dataset", "no-such-data") == 2
-    err = capsys.readouterr().err
-    assert "no-such-data" in err
-    for name in [*dataset_names(), "synthetic"]:
-        assert name in err
+@pytest.mark.parametrize("name", ["no-such-data", "all"])            # "all" is the benchmark's word only
+def test_unknown_dataset(tmp_path, capsys, name):
+    assert train(tmp_path, "--dataset", name) == 2
+    out, err = capsys.readouterr()
+    assert f"unknown dataset '{name}'" in err
+    assert "training" not in out                   # refused before the run is announced with its checkpoint
+    for valid in [*dataset_names(), "synthetic"]:
+        assert valid in err
 
 
 @pytest.mark.parametrize("max_len", ["1", "0"])

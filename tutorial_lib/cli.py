@@ -205,14 +205,15 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
-    from .experiments.run import SYNTHETIC, ExperimentSpec, run_experiment
+    from .experiments.run import SYNTHETIC, ExperimentSpec, dataset_name, run_experiment
 
     pin_commit()  # before training starts
 
     options = _model_options(args)
-    epochs = args.epochs if args.epochs is not None else (30 if args.dataset.lower() == SYNTHETIC else 200)
+    dataset = dataset_name(args.dataset)       # an unknown name fails before the run is announced
+    epochs = args.epochs if args.epochs is not None else (30 if dataset == SYNTHETIC else 200)
     spec = ExperimentSpec(
-        model=args.model.lower(), dataset=args.dataset.lower(), loss=args.loss, protocol=args.protocol,
+        model=args.model.lower(), dataset=dataset, loss=args.loss, protocol=args.protocol,
         also_protocols=tuple(args.also_protocols),
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
         patience=args.patience, lr_decay=args.lr_decay, eval_every=args.eval_every, eval_users=args.eval_users,

@@ -124,13 +124,21 @@ class ExperimentSpec:
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def dataset_name(name: str) -> str:
+    """``name`` as the registry spells it (lower case), or :class:`UnknownNameError` listing the valid names,
+    the embedded ``synthetic`` data included."""
+    from ..data.registry import dataset_names
+
+    valid = [*dataset_names(), SYNTHETIC]
+    if name.strip().lower() not in valid:
+        raise UnknownNameError("dataset", name, valid)
+    return name.strip().lower()
+
+
 def load_data(spec: ExperimentSpec) -> SequenceDataset:
-    if spec.dataset == SYNTHETIC:
+    if dataset_name(spec.dataset) == SYNTHETIC:
         return make_synthetic(seed=0)
     from ..data.loading import load_dataset
-    from ..data.registry import dataset_names
-    if spec.dataset.strip().lower() not in dataset_names():  # the message must offer "synthetic" too
-        raise UnknownNameError("dataset", spec.dataset, [*dataset_names(), SYNTHETIC])
     return load_dataset(spec.dataset, root=spec.data_dir, download=spec.download)
 
 
