@@ -111,13 +111,14 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
 
     specs = [replace(base, model=m, loss=loss, dataset=d, seed=s, model_options=options(m), n_negatives=negatives(loss))
              for d in datasets for m, loss in models for s in seeds]
-    built: set[tuple] = set()
+    built: set[str] = set()
     for spec in specs:        # impossible settings fail now, not hours later when their run comes up
         spec.train_config()
-        model, max_len, options = spec.model, spec.resolved_max_len(), spec.resolved_model_options()
-        if (model, max_len, repr(options)) not in built:     # a tiny catalogue: the options are what is checked
-            build_model(model, n_items=2, max_len=max_len, n_users=1, **options)
-            built.add((model, max_len, repr(options)))
+        max_len, model_options = spec.resolved_max_len(), spec.resolved_model_options()
+        key = f"{spec.model} {max_len} {model_options!r}"
+        if key not in built:  # each model once, on a tiny catalogue: its options are what is checked
+            build_model(spec.model, n_items=2, max_len=max_len, n_users=1, **model_options)
+            built.add(key)
     return specs
 
 

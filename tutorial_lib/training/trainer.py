@@ -31,8 +31,6 @@ from .optimizer import make_adam
 PRECISIONS = ("fp32", "bf16", "fp16")
 WEIGHTINGS = ("target", "batch")
 QUIET_ENV = "TUTORIAL_LIB_QUIET"
-
-
 #: why negatives and the full cross-entropy do not go together (raised by TrainConfig and the benchmark's plan)
 NEGATIVES_WITH_FULL_CE = ("n_negatives (--negatives) is for the sampled losses 'bce' and 'sampled-ce'; loss 'ce' "
                           "scores every item and samples nothing: leave the negatives out or choose a sampled loss")
