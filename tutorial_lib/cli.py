@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .errors import TutorialLibError
+from .errors import ConfigError, TutorialLibError
 
 EPILOG = "Without --dataset, `train` runs on the embedded synthetic data (offline, about a minute on a CPU)."
 
@@ -222,6 +222,9 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         time_budget=args.time_budget, model_options=options,
         data_dir=args.data_dir, download=args.download, progress=False if args.quiet else None,
     )
+    if args.mask_prob is not None and not spec.cloze:   # the library ignores it there (a list of models shares it)
+        raise ConfigError(f"--mask-prob is for the cloze-trained models (bert4rec, bert4rec-locker-*); "
+                          f"{spec.model!r} predicts the next item and masks nothing")
     checkpoint = (Path(args.checkpoint) if args.checkpoint
                   else project_root() / "runs" / f"{spec.tag()}_{spec.run_id()}.pt")
     if checkpoint.exists() and not args.resume:

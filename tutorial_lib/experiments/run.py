@@ -103,9 +103,6 @@ class ExperimentSpec:
 
     def train_config(self) -> TrainConfig:
         """The trainer's settings for this run (validated: impossible values raise :class:`ConfigError`)."""
-        if self.mask_prob is not None and not self.cloze:
-            raise ConfigError(f"mask_prob (--mask-prob) is for the cloze-trained models (bert4rec, "
-                              f"bert4rec-locker-*); {self.model!r} predicts the next item and masks nothing")
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, loss=self.loss,
                            n_negatives=self.n_negatives, eval_every=self.eval_every, patience=self.patience,
                            lr_decay=self.lr_decay,
