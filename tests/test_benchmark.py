@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from tutorial_lib.data import make_synthetic
 from tutorial_lib.errors import ConfigError, UnknownNameError
@@ -48,6 +49,15 @@ def test_plan_covers_models_datasets_and_seeds():
         bm.plan([("sasrec", "ce"), ("fparec", "ce")], ["beauty"], [42], ExperimentSpec(n_negatives=5))
     with pytest.raises(UnknownNameError, match="sasrec"):
         bm.parse_models(["sasrek"], "ce")
+
+
+def test_planning_builds_no_model_into_the_callers_random_state():
+    """The plan builds each model once to check its options; the caller's torch generator must not notice."""
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    bm.plan(bm.parse_models(["all"], "ce"), ["ml-1m"], [42])
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_presets_reach_the_specs():

@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from ..errors import ConfigError
 from ..models import build_model
 from ..models.registry import get_model_entry
@@ -117,7 +119,8 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
         max_len, model_options = spec.resolved_max_len(), spec.resolved_model_options()
         key = f"{spec.model} {max_len} {model_options!r}"
         if key not in built:  # each model once, on a tiny catalogue: its options are what is checked
-            build_model(spec.model, n_items=2, max_len=max_len, n_users=1, **model_options)
+            with torch.random.fork_rng(devices=[]):          # planning leaves the caller's random state alone
+                build_model(spec.model, n_items=2, max_len=max_len, n_users=1, **model_options)
             built.add(key)
     return specs
 
