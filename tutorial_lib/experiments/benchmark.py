@@ -37,7 +37,7 @@ from ..training.checkpoint import load_checkpoint
 from ..training.trainer import NEGATIVES_WITH_FULL_CE
 from ..utils.locks import HeldLock, try_hold
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
-from .run import ExperimentSpec, run_experiment
+from .run import ExperimentSpec, dataset_choices, run_experiment
 
 #: (model, loss) pairs of the complete benchmark (issue: SASRec with BCE and CE, LightSANs, LightSANs-ape,
 #: PARec, FPARec, the five causal Locker variants, RKSA)
@@ -67,15 +67,15 @@ def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str
 
 
 def parse_datasets(names: Sequence[str]) -> list[str]:
-    from ..data.registry import dataset_names
-
+    """``["all"]`` (the benchmark's datasets) or names of :func:`dataset_choices`, lower-cased; every unknown name is
+    reported at once."""
     if list(names) == ["all"]:
         return list(BENCHMARK_DATASETS)
-    valid = set(dataset_names()) | {"synthetic"}
-    bad = [n for n in names if n.lower() not in valid]
+    valid = dataset_choices()
+    bad = [n for n in names if n.strip().lower() not in valid]
     if bad:
         raise ConfigError(f"unknown dataset(s) {bad}; valid datasets are: {', '.join(sorted(valid))}")
-    return [n.lower() for n in names]
+    return [n.strip().lower() for n in names]
 
 
 def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],

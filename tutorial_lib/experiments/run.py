@@ -121,14 +121,18 @@ class ExperimentSpec:
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def dataset_name(name: str) -> str:
-    """``name`` as the registry spells it (lower case), or :class:`UnknownNameError` listing the valid names,
-    the embedded ``synthetic`` data included."""
+def dataset_choices() -> list[str]:
+    """Every name a run accepts as its dataset: the registry's and the embedded ``synthetic`` data."""
     from ..data.registry import dataset_names
 
-    valid = [*dataset_names(), SYNTHETIC]
-    if name.strip().lower() not in valid:
-        raise UnknownNameError("dataset", name, valid)
+    return [*dataset_names(), SYNTHETIC]
+
+
+def dataset_name(name: str) -> str:
+    """``name`` as the registry spells it (lower case), or :class:`UnknownNameError` listing
+    :func:`dataset_choices`."""
+    if name.strip().lower() not in dataset_choices():
+        raise UnknownNameError("dataset", name, dataset_choices())
     return name.strip().lower()
 
 
