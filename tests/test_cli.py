@@ -1,16 +1,23 @@
 """The command line, called in-process with tiny settings; results and checkpoints go to tmp_path."""
 from __future__ import annotations
 
+import argparse
 import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tutorial_lib.cli import main
+from tutorial_lib.cli import build_parser, main
 from tutorial_lib.data import dataset_names
 from tutorial_lib.experiments import RUN_COLUMNS, append_run, read_runs
 from tutorial_lib.experiments.artifacts import load_trained
-from tutorial_lib.models import model_names
+from tutorial_lib.models import MODELS, model_names
 
+PROJECT = Path(__file__).resolve().parents[1]
 TINY = ["--epochs", "2", "--max-len", "10", "--d-model", "8", "--eval-users", "100", "--quiet"]
 
 
@@ -171,6 +178,49 @@ def test_models_command(capsys):
     for name in model_names():
         assert name in out
     assert "layout" in out
+
+
+def _subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.parametrize("command", ["datasets", "train", "benchmark"])
+def test_every_option_says_what_it_does(command):
+    actions = _subcommand_parsers()[command]._actions
+    assert [a.option_strings[0] for a in actions if a.option_strings and not a.help] == []
+
+
+@pytest.mark.parametrize("command", ["train", "benchmark"])
+def test_the_defaults_the_help_states_are_the_parsers(command):
+    stated = 0
+    for action in _subcommand_parsers()[command]._actions:
+        match = re.search(r"\(default ([0-9.]+)[;)]", action.help or "")
+        default = action.default
+        if isinstance(default, list):                    # --seeds [42], --also-protocols []
+            default = default[0] if default else None
+        if match and default is not None:
+            assert float(match.group(1)) == float(default), action.option_strings
+            stated += 1
+    assert stated >= 5          # epochs (benchmark), batch size, lr, eval-every, patience, seed(s)
+
+
+def test_the_model_defaults_the_help_states_are_the_models():
+    help_text = " ".join(a.help for a in _subcommand_parsers()["train"]._actions if a.help)
+    options = MODELS["sasrec"].options()
+    assert f"embedding size (default {options['d_model']})" in help_text
+    assert f"attention blocks (default {options['n_layers']})" in help_text
+    assert f"attention heads (default {options['n_heads']};" in help_text
+
+
+def test_output_closed_early_ends_quietly_with_sigpipes_status():
+    """`python -m tutorial_lib models | head -1`: no traceback, the shell's status for SIGPIPE."""
+    proc = subprocess.Popen([sys.executable, "-m", "tutorial_lib", "models"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    proc.stdout.close()                                   # the reader goes away before anything is written
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "output closed early" in err
 
 
 def test_argparse_rejects_unknown_loss(capsys):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -29,105 +30,128 @@ def parse_option(text: str) -> tuple[str, object]:
     return key, value
 
 
+DESCRIPTION = ("Train, evaluate and benchmark the course's self-attentive sequential recommenders (SASRec, "
+               "LightSANs, PARec/FPARec, Locker, RKSA) on the registered datasets or on embedded synthetic data.")
+DATA_DIR_HELP = "data directory (default: $SEQREC_DATA_DIR, then data/cache/)"
+PROTOCOLS = ["full", "full-nohist", "sampled100"]
+LOSSES = ["ce", "bce", "sampled-ce"]
+
+
+def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
+    """Optimisation settings shared by ``train`` and ``benchmark`` (which gives them to every run)."""
+    g.add_argument("--epochs", type=int, default=200 if benchmark else None,
+                   help="maximum epochs (default 200" + ("" if benchmark else "; 30 on synthetic") + ")")
+    g.add_argument("--batch-size", type=int, default=128, help="users per batch (default 128)")
+    g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
+    g.add_argument("--lr-decay", type=int, default=None, metavar="N",
+                   help="halve the learning rate after this many validations without improvement (default: constant)")
+    g.add_argument("--eval-every", type=int, default=1, help="validate every this many epochs (default 1)")
+    g.add_argument("--patience", type=int, default=10,
+                   help="validations without improvement before early stopping (default 10)")
+    g.add_argument("--windows", default="recent", choices=["recent", "random"],
+                   help="training window of a long history: its most recent items (default, as SASRec) or a "
+                        "random window drawn anew every epoch (trains on the older items too)")
+    g.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU; default), cpu, cuda, mps")
+
+
+def _add_model_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
+    """Model size and options shared by ``train`` and ``benchmark`` (which gives them to every model)."""
+    g.add_argument("--d-model", type=int, default=None, help="embedding size (default 64)")
+    g.add_argument("--layers", type=int, default=None, help="attention blocks (default 2)")
+    g.add_argument("--heads", type=int, default=None, help="attention heads (default 2; RKSA 1)")
+    g.add_argument("--dropout", type=float, default=None,
+                   help="default: the presets (0.2 on ML, 0.5 on sparse data; RKSA 0.5)")
+    g.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
+                   help="any other model option, e.g. --option layout=tf (repeatable)"
+                        + ("; given to every model that has it" if benchmark else ""))
+
+
+def _add_protocol_option(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--protocol", default="full", choices=PROTOCOLS,
+                   help="ranking for validation and the test row: full (all items, history kept; default), "
+                        "full-nohist (the user's history removed) or sampled100 (against 100 sampled negatives)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=__doc__, epilog=EPILOG)
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
 
     ds = sub.add_parser("datasets", help="list every dataset, whether it is available, and its statistics")
-    ds.add_argument("--data-dir", help="data directory (default: $SEQREC_DATA_DIR, then data/cache/)")
+    ds.add_argument("--data-dir", help=DATA_DIR_HELP)
     ds.add_argument("--download", nargs="+", metavar="NAME", help="download these datasets (sha256-verified)")
 
     sub.add_parser("models", help="list the registered models and their options")
 
     tr = sub.add_parser("train", help="train one model on one dataset and append a row to results/runs.csv",
                         epilog=EPILOG)
-    tr.add_argument("--model", default="sasrec", help="registered model name (see `models`)")
-    tr.add_argument("--dataset", default="synthetic", help="registered dataset name or 'synthetic' (default)")
-    tr.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"])
-    tr.add_argument("--negatives", type=int, default=None,
-                    help="negatives per position (bce, default 1) or per batch (sampled-ce, default 256)")
-    tr.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
-    tr.add_argument("--also-protocols", nargs="+", default=[], choices=["full", "full-nohist", "sampled100"],
-                    help="also rank the selected model's test users under these protocols (one more row each)")
-    tr.add_argument("--epochs", type=int, default=None, help="maximum epochs (default 200; 30 on synthetic)")
-    tr.add_argument("--max-len", type=int, default=None, help="input window (default: 200 on ML, else 50)")
-    tr.add_argument("--batch-size", type=int, default=128)
-    tr.add_argument("--lr", type=float, default=1e-3)
-    tr.add_argument("--patience", type=int, default=10, help="validations without improvement before stopping")
-    tr.add_argument("--lr-decay", type=int, default=None, metavar="N",
-                    help="halve the learning rate after this many validations without improvement (default: constant)")
-    tr.add_argument("--eval-every", type=int, default=1)
-    tr.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users")
-    tr.add_argument("--seed", type=int, default=42)
-    tr.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU), cpu, cuda, mps")
-    tr.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
-    tr.add_argument("--bucketing", action="store_true",
-                    help="batch users of similar length and trim padding (faster, learns slower per epoch on ML-1M)")
-    tr.add_argument("--weighting", default="target", choices=["target", "batch"],
-                    help="every target weighs the same (default), or every batch's mean loss")
-    tr.add_argument("--windows", default="recent", choices=["recent", "random"],
-                    help="training window of a long history: its most recent items (default, as SASRec) or a "
-                         "random window drawn anew every epoch (trains on the older items too)")
-    tr.add_argument("--mask-prob", type=float, default=None,
-                    help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
-    tr.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
-    tr.add_argument("--d-model", type=int, default=None)
-    tr.add_argument("--layers", type=int, default=None)
-    tr.add_argument("--heads", type=int, default=None)
-    tr.add_argument("--dropout", type=float, default=None, help="default: 0.2 on ML, 0.5 on sparse data")
-    tr.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
-                    help="any other model option, e.g. --option layout=tf (repeatable)")
-    tr.add_argument("--data-dir", default=None)
-    tr.add_argument("--download", action="store_true", help="download the dataset if it is missing")
-    tr.add_argument("--checkpoint", default=None,
-                    help="checkpoint file (default runs/<tag>_<run id>.pt: other settings, another file); "
-                         "saved after every epoch")
-    tr.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
-    tr.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
-    tr.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
-    tr.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = tr.add_argument_group("what to train")
+    g.add_argument("--model", default="sasrec", help="registered model name (see `models`; default sasrec)")
+    g.add_argument("--dataset", default="synthetic", help="registered dataset name or 'synthetic' (default)")
+    g.add_argument("--loss", default="ce", choices=LOSSES,
+                   help="full cross-entropy (default), binary cross-entropy with sampled negatives, or sampled "
+                        "softmax")
+    g.add_argument("--negatives", type=int, default=None,
+                   help="negatives per position (bce, default 1) or per batch (sampled-ce, default 256)")
+    g.add_argument("--seed", type=int, default=42, help="seed of every random draw (default 42)")
+    g = tr.add_argument_group("training")
+    g.add_argument("--max-len", type=int, default=None, help="input window (default: 200 on ML, else 50)")
+    _add_training_options(g, benchmark=False)
+    g.add_argument("--bucketing", action="store_true",
+                   help="batch users of similar length and trim padding (faster, learns slower per epoch on ML-1M)")
+    g.add_argument("--weighting", default="target", choices=["target", "batch"],
+                   help="every target weighs the same (default), or every batch's mean loss")
+    g.add_argument("--mask-prob", type=float, default=None,
+                   help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
+    g.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="fp32 (default), or mixed precision: bf16 (autocast, CPU or GPU), fp16 (CUDA)")
+    g.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
+    _add_model_options(tr.add_argument_group("model"), benchmark=False)
+    g = tr.add_argument_group("evaluation")
+    _add_protocol_option(g)
+    g.add_argument("--also-protocols", nargs="+", default=[], choices=PROTOCOLS,
+                   help="also rank the selected model's test users under these protocols (one more row each)")
+    g.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users")
+    g = tr.add_argument_group("files and output")
+    g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
+    g.add_argument("--download", action="store_true", help="download the dataset if it is missing")
+    g.add_argument("--checkpoint", default=None,
+                   help="checkpoint file (default runs/<tag>_<run id>.pt: other settings, another file); "
+                        "saved after every epoch")
+    g.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
+    g.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    g.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
+
     bm = sub.add_parser("benchmark", help="run every method on every dataset (resumable), one row per finished run")
-    bm.add_argument("--models", nargs="+", default=["all"],
-                    help="'all' (the complete benchmark) or model names, optionally with a loss: sasrec@bce")
-    bm.add_argument("--datasets", nargs="+", default=["all"], help="'all' or dataset names")
-    bm.add_argument("--seeds", nargs="+", type=int, default=[42])
-    bm.add_argument("--protocol", default="full", choices=["full", "full-nohist", "sampled100"])
-    bm.add_argument("--also-protocols", nargs="+", default=[], choices=["full", "full-nohist", "sampled100"],
-                    help="also rank each selected model's test users under these protocols (one more row each); "
-                         "a run already finished without them is not repeated to add them (its kept model in "
-                         "runs/models can be ranked with benchmarks/compare_trained.py)")
-    bm.add_argument("--loss", default="ce", choices=["ce", "bce", "sampled-ce"],
-                    help="loss of the models given without @loss")
-    bm.add_argument("--negatives", type=int, default=None,
-                    help="negatives of the models trained with --loss (bce: per position, default 1; sampled-ce: "
-                         "per batch, default 256); a model given with another @loss keeps its loss's default, "
-                         "unless every listed model shares that other loss")
-    bm.add_argument("--epochs", type=int, default=200)
-    bm.add_argument("--patience", type=int, default=10)
-    bm.add_argument("--lr-decay", type=int, default=None, metavar="N",
-                    help="halve the learning rate after this many validations without improvement (default: constant)")
-    bm.add_argument("--eval-every", type=int, default=1)
-    bm.add_argument("--batch-size", type=int, default=128)
-    bm.add_argument("--lr", type=float, default=1e-3)
-    bm.add_argument("--max-len", type=int, default=None, help="default: the presets (200 ML-1M, 50 sparse, RKSA 50)")
-    bm.add_argument("--d-model", type=int, default=None)
-    bm.add_argument("--layers", type=int, default=None)
-    bm.add_argument("--heads", type=int, default=None)
-    bm.add_argument("--dropout", type=float, default=None, help="default: the presets")
-    bm.add_argument("--option", action="append", type=parse_option, default=[], metavar="KEY=VALUE",
-                    help="any other model option, given to every model that has it (repeatable)")
-    bm.add_argument("--bucketing", action="store_true", help="batch users of similar length (faster)")
-    bm.add_argument("--windows", default="recent", choices=["recent", "random"],
-                    help="training window of a long history: the most recent items (default) or a random one "
-                         "per epoch")
-    bm.add_argument("--device", default="auto")
-    bm.add_argument("--time-budget", type=float, default=None,
-                    help="seconds of wall-clock time for this invocation; rerun the same command to continue")
-    bm.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
-    bm.add_argument("--dry-run", action="store_true",
-                    help="print the plan and each run's state (done: its test metrics; partial: its epoch, best "
-                         "validation so far and whether a process is training it now), run nothing")
-    bm.add_argument("--quiet", action="store_true", help="no progress bars")
+    g = bm.add_argument_group("the plan: every model x dataset x seed")
+    g.add_argument("--models", nargs="+", default=["all"],
+                   help="'all' (the complete benchmark) or model names, optionally with a loss: sasrec@bce")
+    g.add_argument("--datasets", nargs="+", default=["all"], help="'all' or dataset names")
+    g.add_argument("--seeds", nargs="+", type=int, default=[42], help="one run per seed (default 42)")
+    g.add_argument("--loss", default="ce", choices=LOSSES, help="loss of the models given without @loss (default ce)")
+    g.add_argument("--negatives", type=int, default=None,
+                   help="negatives of the models trained with --loss (bce: per position, default 1; sampled-ce: "
+                        "per batch, default 256); a model given with another @loss keeps its loss's default, "
+                        "unless every listed model shares that other loss")
+    g = bm.add_argument_group("training (every run)")
+    g.add_argument("--max-len", type=int, default=None, help="default: the presets (200 ML-1M, 50 sparse, RKSA 50)")
+    _add_training_options(g, benchmark=True)
+    g.add_argument("--bucketing", action="store_true", help="batch users of similar length (faster)")
+    _add_model_options(bm.add_argument_group("model (every model)"), benchmark=True)
+    g = bm.add_argument_group("evaluation")
+    _add_protocol_option(g)
+    g.add_argument("--also-protocols", nargs="+", default=[], choices=PROTOCOLS,
+                   help="also rank each selected model's test users under these protocols (one more row each); "
+                        "a run already finished without them is not repeated to add them (its kept model in "
+                        "runs/models can be ranked with benchmarks/compare_trained.py)")
+    g = bm.add_argument_group("running")
+    g.add_argument("--time-budget", type=float, default=None,
+                   help="seconds of wall-clock time for this invocation; rerun the same command to continue")
+    g.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    g.add_argument("--dry-run", action="store_true",
+                   help="print the plan and each run's state (done: its test metrics; partial: its epoch, best "
+                        "validation so far and whether a process is training it now), run nothing")
+    g.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
 
@@ -196,10 +220,11 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 def cmd_models(_: argparse.Namespace) -> int:
     from .models import MODELS
 
+    width = max(len(name) for name in MODELS)
     for name in sorted(MODELS):
         entry = MODELS[name]
         opts = ", ".join(f"{k}={v!r}" for k, v in entry.options().items())
-        print(f"{name:16s} {entry.description}\n{'':16s} options: {opts}")
+        print(f"{name:{width}s}  {entry.description}\n{'':{width}s}  options: {opts}")
     return 0
 
 
@@ -286,3 +311,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\ninterrupted; {RESUME_HINTS[args.command]}", file=sys.stderr)
         return 130
+    except BrokenPipeError:       # the reader of our output (`| head`, a closed pager) went away
+        _silence_stdout()
+        print(f"output closed early; {RESUME_HINTS[args.command]}", file=sys.stderr)
+        return 141                # what a shell reports for a process ended by SIGPIPE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that flushing it at exit raises no second BrokenPipeError."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):       # an in-process capture without a descriptor
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
