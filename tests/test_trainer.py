@@ -247,6 +247,12 @@ def test_bf16_on_cpu(tiny_split):
     assert next(model.parameters()).dtype == torch.float32
 
 
+def test_fp16_off_cuda_is_refused_with_what_to_use(tiny_split):
+    """fp16 autocast off CUDA has no loss scaler and was ~10x slower than fp32 on the CPU: refused, not run."""
+    with pytest.raises(ConfigError, match="precision='bf16'"):
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=1, precision="fp16", device="cpu"))
+
+
 @pytest.mark.parametrize("loss", ["ce", "bce", "sampled-ce"])
 def test_every_loss_trains(tiny_split, loss):
     model = make_model(tiny_split)

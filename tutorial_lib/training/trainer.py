@@ -202,6 +202,11 @@ class Trainer:
                  evaluator: Evaluator | None = None):
         self.config = config or TrainConfig()
         self.device = resolve_device(self.config.device)
+        if self.config.precision == "fp16" and self.device.type != "cuda":
+            raise ConfigError(f"precision='fp16' is CUDA's mixed precision (autocast with a loss scaler), but training "
+                              f"runs on {self.device.type}: there fp16 has no loss scaler, so small gradients "
+                              f"underflow to zero, and on a CPU an epoch took about 10x as long as at fp32. Use "
+                              f"precision='bf16' (autocast on CPU or GPU) or 'fp32'")
         self.model = model.to(self.device)
         self.split = split
         if hasattr(model, "prepare"):
