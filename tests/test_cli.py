@@ -146,6 +146,21 @@ def test_max_len_too_small(tmp_path, monkeypatch, capsys, max_len):
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["--lr", "-1"], "lr must be > 0"),                                 # a training setting
+    (["--d-model", "63"], "must be divisible by n_heads=2"),             # a model setting
+    (["--model", "fparec", "--option", "k=500"], "rank k must be in 1..max_len"),
+    (["--max-len", "1"], "max_len must be >= 2"),
+])
+def test_impossible_settings_fail_before_the_run_is_announced(tmp_path, capsys, argv, message):
+    """Nothing is loaded, printed as started or written to a checkpoint for a run that cannot start."""
+    assert main(["train", "--epochs", "1", "--quiet", "--no-results", "--checkpoint", str(tmp_path / "c.pt"),
+                 *argv]) == 2
+    out, err = capsys.readouterr()
+    assert message in err and "training" not in out
+    assert not (tmp_path / "c.pt").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
     (["--negatives", "100"], "loss 'ce' scores every item and samples nothing"),
     (["--mask-prob", "0.3"], "'sasrec' predicts the next item and masks nothing"),
 ])

@@ -250,6 +250,8 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     if args.mask_prob is not None and not spec.cloze:   # the library ignores it there (a list of models shares it)
         raise ConfigError(f"--mask-prob is for the cloze-trained models (bert4rec, bert4rec-locker-*); "
                           f"{spec.model!r} predicts the next item and masks nothing")
+    spec.train_config()                           # impossible settings fail before the run is announced
+    spec.check_model()
     checkpoint = (Path(args.checkpoint) if args.checkpoint
                   else project_root() / "runs" / f"{spec.tag()}_{spec.run_id()}.pt")
     if checkpoint.exists() and not args.resume:

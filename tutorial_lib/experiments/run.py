@@ -112,6 +112,14 @@ class ExperimentSpec:
                            checkpoint=self.checkpoint, time_budget=self.time_budget, deadline=self.deadline,
                            progress=self.progress, verbose=self.verbose)
 
+    def check_model(self) -> None:
+        """Build the model once on a 2-item catalogue, so that impossible model options (a rank above
+        ``max_len``, heads that do not divide ``d_model``, ...) raise :class:`ConfigError` before any data is
+        loaded or training starts; the caller's torch random state is left as it was."""
+        with torch.random.fork_rng(devices=[]):
+            build_model(self.model, n_items=2, max_len=self.resolved_max_len(), n_users=1,
+                        **self.resolved_model_options())
+
     def run_id(self) -> str:
         """12 hex digits identifying everything that determines the result (not the device or file paths):
         a run with the same id and a row in ``results/runs.csv`` is finished and never repeated."""
