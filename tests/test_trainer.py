@@ -314,4 +314,8 @@ def test_bad_config():
         TrainConfig(time_budget=-5)
     with pytest.raises(ConfigError, match="samples nothing"):       # negatives would be silently ignored
         TrainConfig(loss="ce", n_negatives=100)
+    for seed in (-1, 1.5, True):                                     # -1 used to end in NumPy's traceback
+        with pytest.raises(ConfigError, match="seed must be an integer >= 0"):
+            TrainConfig(seed=seed)
+    assert TrainConfig(seed=np.int64(3)).seed == 3 and TrainConfig(seed=2**40).seed == 2**40
     assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1

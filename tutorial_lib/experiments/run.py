@@ -225,6 +225,7 @@ class ExperimentResult:
 def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None) -> ExperimentResult:
     """Train ``spec.model`` on ``spec.dataset`` with early stopping on validation; evaluate on test."""
     commit = process_commit()  # the code that runs is the code this process imported
+    config = spec.train_config()  # impossible settings fail before the data is read
     data = dataset if dataset is not None else load_data(spec)
     split = leave_one_out(data)
     max_len = spec.resolved_max_len()
@@ -235,7 +236,7 @@ def run_experiment(spec: ExperimentSpec, dataset: SequenceDataset | None = None)
     # run, whatever its seed, is ranked against the same candidates, so seeds measure training noise only
     protocol = EvalProtocol(spec.protocol, max_users=spec.eval_users, seed=EVAL_SEED)
     evaluator = Evaluator(split, max_len, protocol)
-    trainer = Trainer(model, split, spec.train_config(), evaluator)
+    trainer = Trainer(model, split, config, evaluator)
     result = trainer.fit()
     valid = result.best_valid or evaluator.evaluate(trainer.model, "valid")
     test = evaluator.evaluate(trainer.model, "test") if result.finished else {}
