@@ -67,7 +67,7 @@ def test_items_come_from_user_clusters():
 
 @pytest.mark.parametrize("bad", [
     dict(n_clusters=0), dict(n_clusters=201), dict(min_len=2), dict(min_len=10, max_len=9),
-    dict(max_len=101), dict(markov_prob=1.5), dict(markov_prob=-0.1),
+    dict(max_len=101), dict(markov_prob=1.5), dict(markov_prob=-0.1), dict(n_users=0), dict(n_users=-5),
 ])
 def test_bad_settings(bad):
     with pytest.raises(ConfigError):

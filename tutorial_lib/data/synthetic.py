@@ -33,6 +33,8 @@ def make_synthetic(n_users: int = 2000, n_items: int = 500, n_clusters: int = 10
         zipf_exponent: popularity skew inside a cluster.
         seed: everything is a deterministic function of the seed.
     """
+    if n_users < 1:
+        raise ConfigError(f"n_users must be >= 1, got {n_users}")
     if not 1 <= n_clusters <= n_items:
         raise ConfigError(f"n_clusters must be in 1..n_items={n_items}, got {n_clusters}")
     if not 3 <= min_len <= max_len:
