@@ -79,6 +79,20 @@ def test_lr_decay_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, caps
     assert "lr_decay" in capsys.readouterr().err
 
 
+def test_a_checkpoint_that_is_discarded_or_not_found_is_said(tmp_path, monkeypatch, capsys):
+    """Forgetting --resume, or resuming with another --epochs (another default file), used to pass in silence."""
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    argv = ["train", *TINY, "--epochs", "1", "--no-results", "--checkpoint", str(tmp_path / "c.pt")]
+    assert main([*argv, "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "--resume: no checkpoint at" in out and "name its file with --checkpoint" in out
+    assert main(argv) == 0
+    assert "discarding the checkpoint of an earlier run" in capsys.readouterr().out
+    assert main([*argv, "--resume"]) == 0                    # found: continued, nothing said about it
+    out = capsys.readouterr().out
+    assert "no checkpoint" not in out and "discarding" not in out
+
+
 def test_resuming_a_finished_run_does_not_append_its_row_twice(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--epochs", "1") == 0

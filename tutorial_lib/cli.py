@@ -32,7 +32,7 @@ def parse_option(text: str) -> tuple[str, object]:
 
 DESCRIPTION = ("Train, evaluate and benchmark the course's self-attentive sequential recommenders (SASRec, "
                "LightSANs, PARec/FPARec, Locker, RKSA) on the registered datasets or on embedded synthetic data.")
-DATA_DIR_HELP = "data directory (default: $SEQREC_DATA_DIR, then data/cache/)"
+DATA_DIR_HELP = "data directory (default: $SEQREC_DATA_DIR when it is set, otherwise data/cache/)"
 PROTOCOLS = ["full", "full-nohist", "sampled100"]
 LOSSES = ["ce", "bce", "sampled-ce"]
 
@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_protocol_option(g)
     g.add_argument("--also-protocols", nargs="+", default=[], choices=PROTOCOLS,
                    help="also rank the selected model's test users under these protocols (one more row each)")
-    g.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users")
+    g.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users (default: all users)")
     g = tr.add_argument_group("files and output")
     g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     g.add_argument("--download", action="store_true", help="download the dataset if it is missing")
@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     bm = sub.add_parser("benchmark", help="run every method on every dataset (resumable), one row per finished run")
     g = bm.add_argument_group("the plan: every model x dataset x seed")
     g.add_argument("--models", nargs="+", default=["all"],
-                   help="'all' (the complete benchmark) or model names, optionally with a loss: sasrec@bce")
-    g.add_argument("--datasets", nargs="+", default=["all"], help="'all' or dataset names")
+                   help="'all' (the complete benchmark; the default) or model names, optionally with a loss: "
+                        "sasrec@bce")
+    g.add_argument("--datasets", nargs="+", default=["all"], help="'all' (the default) or dataset names")
     g.add_argument("--seeds", nargs="+", type=int, default=[42], help="one run per seed (default 42)")
     g.add_argument("--loss", default="ce", choices=LOSSES, help="loss of the models given without @loss (default ce)")
     g.add_argument("--negatives", type=int, default=None,
@@ -255,7 +256,14 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     checkpoint = (Path(args.checkpoint) if args.checkpoint
                   else project_root() / "runs" / f"{spec.tag()}_{spec.run_id()}.pt")
     if checkpoint.exists() and not args.resume:
+        print(f"discarding the checkpoint of an earlier run with these settings ({checkpoint}): this run starts "
+              f"at epoch 0; --resume would have continued it", flush=True)
         checkpoint.unlink()  # a fresh run; --resume keeps it
+    elif args.resume and not checkpoint.exists():
+        print(f"--resume: no checkpoint at {checkpoint}, so training starts at epoch 0. The default file name "
+              f"follows every setting of the run, --epochs, --patience, --eval-every and --time-budget included: "
+              f"to continue a checkpoint written with other values of those, name its file with --checkpoint",
+              flush=True)
     spec.checkpoint = str(checkpoint)
     print(f"training {spec.model} on {spec.dataset} (loss {spec.loss}, protocol {spec.protocol}, "
           f"max_len {spec.resolved_max_len()}, seed {spec.seed}); checkpoint {checkpoint}", flush=True)
@@ -311,12 +319,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\ninterrupted; {RESUME_HINTS[args.command]}", file=sys.stderr)
+        print(f"\ninterrupted; {_resume_hint(args)}", file=sys.stderr)
         return 130
     except BrokenPipeError:       # the reader of our output (`| head`, a closed pager) went away
         _silence_stdout()
-        print(f"output closed early; {RESUME_HINTS[args.command]}", file=sys.stderr)
+        print(f"output closed early; {_resume_hint(args)}", file=sys.stderr)
         return 141                # what a shell reports for a process ended by SIGPIPE
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    """What to do after an interruption: nothing to resume for a command that only reads and prints."""
+    read_only = (args.command == "models" or (args.command == "datasets" and not args.download)
+                 or (args.command == "benchmark" and args.dry_run))
+    return RESUME_HINTS["models"] if read_only else RESUME_HINTS[args.command]
 
 
 def _silence_stdout() -> None:

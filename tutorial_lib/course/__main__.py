@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     k = sub.add_parser("check", help="is this machine ready for the course? (exit status 1 if not)")
     k.add_argument("--data-dir", type=Path, default=None,
-                   help="where to look for the datasets (default: $SEQREC_DATA_DIR, then data/cache/)")
+                   help="where to look for the datasets (default: $SEQREC_DATA_DIR when it is set, otherwise data/cache/)")
     k.add_argument("--no-train", action="store_true", help="skip the one-epoch training check")
     b = sub.add_parser("build-notebooks", help="generate notebooks/ from solutions/")
     c = sub.add_parser("clean-solutions", help="normalise solutions/*.ipynb in place")
