@@ -239,6 +239,16 @@ def test_time_budget_validates_the_epoch_it_stops_at(tiny_split):
     assert result.best_epoch == 1
 
 
+@pytest.mark.parametrize("loss", ["bce", "sampled-ce"])
+def test_as_many_negatives_as_items_is_warned_about(tiny_split, loss):
+    """Sampling the whole catalogue (README's 1,024 copied onto small data) costs more than full CE."""
+    with pytest.warns(UserWarning, match="full cross-entropy"):
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=1, loss=loss, n_negatives=tiny_split.n_items))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=1, loss=loss, n_negatives=tiny_split.n_items - 1))
+
+
 def test_bf16_on_cpu(tiny_split):
     model = make_model(tiny_split)
     result = Trainer(model, tiny_split, config(epochs=2, precision="bf16")).fit()

@@ -226,6 +226,11 @@ class Trainer:
             warnings.warn("bucketing trims batches to their longest window, but this model pads every input back "
                           "to max_len (the released LightSANs attention, compat=True): it costs nothing and saves "
                           "nothing here; leave bucketing off", stacklevel=2)
+        if self.config.loss != "ce" and self.config.negatives >= split.n_items:
+            warnings.warn(f"{self.config.negatives} negatives on a catalogue of {split.n_items} items: drawing at "
+                          f"least as many negatives as there are items costs more than full cross-entropy "
+                          f"(loss='ce'), which scores every item once and exactly; use it, or fewer negatives",
+                          stacklevel=2)
         self.targets_per_batch = self._mean_targets_per_batch()
         self.sampler = NegativeSampler(split.train, split.n_items) if self.config.loss == "bce" else None
         self.ce_chunk = ce_chunk_rows(self.config.ce_chunk, self.device, split.n_items)
