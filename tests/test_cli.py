@@ -235,6 +235,13 @@ def test_the_defaults_the_help_states_are_the_parsers(command):
     assert stated >= 5          # epochs (benchmark), batch size, lr, eval-every, patience, seed(s)
 
 
+def test_the_choices_the_parser_offers_are_the_librarys():
+    from tutorial_lib import cli
+    from tutorial_lib.evaluation import PROTOCOLS
+    from tutorial_lib.training.losses import LOSSES
+    assert tuple(cli.PROTOCOLS) == tuple(PROTOCOLS) and tuple(cli.LOSSES) == tuple(LOSSES)
+
+
 def test_the_model_defaults_the_help_states_are_the_models():
     help_text = " ".join(a.help for a in _subcommand_parsers()["train"]._actions if a.help)
     options = MODELS["sasrec"].options()

@@ -33,6 +33,8 @@ def parse_option(text: str) -> tuple[str, object]:
 DESCRIPTION = ("Train, evaluate and benchmark the course's self-attentive sequential recommenders (SASRec, "
                "LightSANs, PARec/FPARec, Locker, RKSA) on the registered datasets or on embedded synthetic data.")
 DATA_DIR_HELP = "data directory (default: $SEQREC_DATA_DIR when it is set, otherwise data/cache/)"
+#: the library's evaluation.PROTOCOLS and training.losses.LOSSES, written out so that parsing (and --help) does not
+#: import torch; a test keeps them equal
 PROTOCOLS = ["full", "full-nohist", "sampled100"]
 LOSSES = ["ce", "bce", "sampled-ce"]
 

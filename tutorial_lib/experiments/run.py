@@ -139,9 +139,10 @@ def dataset_choices() -> list[str]:
 def dataset_name(name: str) -> str:
     """``name`` as the registry spells it (lower case), or :class:`UnknownNameError` listing
     :func:`dataset_choices`."""
-    if name.strip().lower() not in dataset_choices():
-        raise UnknownNameError("dataset", name, dataset_choices())
-    return name.strip().lower()
+    key, valid = name.strip().lower(), dataset_choices()
+    if key not in valid:
+        raise UnknownNameError("dataset", name, valid)
+    return key
 
 
 def load_data(spec: ExperimentSpec) -> SequenceDataset:
