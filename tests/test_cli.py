@@ -297,3 +297,76 @@ def test_an_interrupted_benchmark_is_told_how_to_continue(monkeypatch, capsys):
     assert main(["benchmark", "--models", "sasrec", "--datasets", "synthetic"]) == 130
     err = capsys.readouterr().err
     assert "rerun the same command" in err and "--resume" not in err     # benchmark has no --resume flag
+
+
+def test_runs_dir_holds_the_checkpoint_and_the_kept_model(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    runs = tmp_path / "my_runs"
+    assert main(["train", *TINY, "--epochs", "1", "--no-results", "--runs-dir", str(runs)]) == 0
+    out = capsys.readouterr().out
+    (checkpoint,) = runs.glob("sasrec_synthetic_ce_full_s42_*.pt")
+    (kept,) = (runs / "models").glob("*.pt")
+    assert f"checkpoint {checkpoint}" in out and f"trained model in {kept}" in out
+
+
+def test_benchmark_runs_dir_and_missing_data(tmp_path, monkeypatch, capsys):
+    """--runs-dir takes the checkpoints and kept models; a dataset whose files are missing is shown as such by
+    --dry-run and stops a real invocation before it trains anything."""
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    empty, runs, results = tmp_path / "no_data", tmp_path / "runs", tmp_path / "r.csv"
+    plan = ["benchmark", "--models", "sasrec", "--seeds", "0", "--epochs", "1", "--max-len", "10", "--d-model", "8",
+            "--quiet", "--results", str(results), "--runs-dir", str(runs), "--data-dir", str(empty)]
+    assert main([*plan, "--datasets", "synthetic", "beauty", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"beauty +sasrec +ce +0 +no data", out) and re.search(r"synthetic +sasrec +ce +0 +pending", out)
+    assert "1 pending, 1 without their data" in out
+    assert f"datasets --download beauty --data-dir {empty}` fetches them (sha256-verified) into {empty}" in out
+
+    assert main([*plan, "--datasets", "synthetic", "beauty"]) == 2
+    err = capsys.readouterr().err
+    assert "files are missing: beauty. Nothing was trained." in err and "--download beauty" in err
+    assert not results.exists() and not (runs / "benchmark").exists()
+
+    assert main([*plan, "--datasets", "synthetic"]) == 0
+    assert len(read_runs(results)) == 1 and list((runs / "models").glob("sasrec_synthetic_*.pt"))
+    assert (runs / "benchmark").is_dir() and not list((runs / "benchmark").glob("*.pt"))   # finished: removed
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--eval-users", "0"], "max_users is --eval-users"),
+    (["--heads", "3"], "n_heads is --heads"),
+    (["--loss", "bce", "--negatives", "0"], "n_negatives is --negatives"),
+    (["--layers", "0"], "n_layers is --layers"),
+])
+def test_errors_about_renamed_parameters_name_their_flag(tmp_path, capsys, argv, flag):
+    assert main(["train", "--epochs", "1", "--quiet", "--no-results", "--checkpoint", str(tmp_path / "c.pt"),
+                 *argv]) == 2
+    assert f"(on the command line, {flag})" in capsys.readouterr().err
+
+
+def test_the_renamed_parameters_are_real_flags():
+    from tutorial_lib.cli import FLAG_OF_PARAMETER
+
+    for command in ("train", "benchmark"):
+        flags = {o for a in _subcommand_parsers()[command]._actions for o in a.option_strings}
+        assert set(FLAG_OF_PARAMETER.values()) - {"--eval-users"} <= flags, command
+    assert "--eval-users" in {o for a in _subcommand_parsers()["train"]._actions for o in a.option_strings}
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["--model", "sasrc"], "unknown model 'sasrc' (did you mean 'sasrec'?)"),
+    (["--dataset", "ml1m"], "unknown dataset 'ml1m' (did you mean 'ml-1m'?)"),
+    (["--option", "dropot=0.1"], "no option(s) ['dropot'] (did you mean 'dropout'?)"),
+])
+def test_a_misspelt_name_gets_a_suggestion(tmp_path, capsys, argv, hint):
+    assert main(["train", "--epochs", "1", "--quiet", "--no-results", "--checkpoint", str(tmp_path / "c.pt"),
+                 *argv]) == 2
+    assert hint in capsys.readouterr().err
+
+
+def test_the_librarys_warnings_are_one_line_each(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--no-results", "--epochs", "1", "--max-len", "64") == 0
+    err = capsys.readouterr().err
+    assert "warning: max_len=64, but the longest input here has" in err
+    assert "UserWarning" not in err and ".py:" not in err

@@ -216,6 +216,16 @@ def test_missing_dataset_gives_instructions(tmp_path):
     assert not (tmp_path / "Beauty").exists()  # nothing created without download=True
 
 
+def test_missing_files_names_the_required_files_only(tmp_path):
+    from tutorial_lib.data.loading import missing_files
+
+    assert missing_files("beauty", tmp_path) == ("Beauty.txt",)
+    (tmp_path / "Beauty").mkdir()
+    (tmp_path / "Beauty" / "Beauty.txt").write_text("1 1 2\n")
+    assert missing_files("BEAUTY", tmp_path) == ()          # present; its contents are checked when loaded
+    assert set(missing_files("beauty-locker", tmp_path)) == {"train.json", "val.json", "test.json"}
+
+
 def test_missing_locker_lists_required_files(tmp_path):
     (tmp_path / "Beauty_LOCKER").mkdir()
     (tmp_path / "Beauty_LOCKER" / "train.json").write_text("{}")
@@ -241,6 +251,18 @@ def test_ensure_dataset_downloads_and_verifies(tmp_path, monkeypatch):
     folder = ensure_dataset("TINY", root=root, download=True)
     assert folder == root / "Tiny" and (folder / "tiny.txt").read_bytes() == src.read_bytes()
     assert ensure_dataset("tiny", root=root) == folder  # now present without downloading
+
+
+def test_failed_download_does_not_suggest_the_same_command(tmp_path, monkeypatch):
+    gone = (tmp_path / "pub" / "tiny.txt").as_uri()           # unreachable, as when offline
+    spec = DatasetSpec("tiny", "Tiny", "Tiny", (FileSpec("tiny.txt", (gone,), "0" * 64),),
+                       registry.USER_LINES, "none", FileStats(2, 3, 5, 2.5, 2))
+    _fake(monkeypatch, spec)
+    with pytest.raises(DatasetUnavailableError) as info:
+        ensure_dataset("tiny", root=tmp_path / "data", download=True)
+    msg = str(info.value)
+    assert gone in msg and str(tmp_path / "data" / "Tiny") in msg and "SEQREC_DATA_DIR" in msg
+    assert "datasets --download tiny" not in msg and "download again once the source can be reached" in msg
 
 
 def test_ensure_dataset_extracts_archive_member(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from tutorial_lib.errors import ConfigError
+from tutorial_lib.errors import ConfigError, NotEnoughMemoryError
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.models import build_model
 from tutorial_lib.training import Trainer, TrainConfig, load_checkpoint
@@ -247,6 +247,49 @@ def test_as_many_negatives_as_items_is_warned_about(tiny_split, loss):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Trainer(make_model(tiny_split), tiny_split, config(epochs=1, loss=loss, n_negatives=tiny_split.n_items - 1))
+
+
+def test_a_window_much_longer_than_every_history_is_warned_about(tiny_split):
+    longest = max(len(h) for h in tiny_split.train) + 1            # the longest test input (history + validation)
+    with pytest.warns(UserWarning, match=f"max_len={2 * longest}.*longest input here has {longest} items"):
+        Trainer(build_model("sasrec", tiny_split.n_items, 2 * longest, d_model=16, n_layers=1), tiny_split,
+                config(epochs=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(build_model("sasrec", tiny_split.n_items, 2 * longest - 1, d_model=16, n_layers=1), tiny_split,
+                config(epochs=1))
+
+
+def test_running_out_of_memory_names_the_settings_and_keeps_the_finished_epochs(tiny_split, tmp_path):
+    ckpt = tmp_path / "run.pt"
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=3, checkpoint=str(ckpt)))
+    train_epoch = trainer.train_epoch
+
+    def second_epoch_runs_out(epoch):
+        if epoch == 2:    # the allocator's message on a CPU, as a too-large max_len produces it
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                               "memory: you tried to allocate 3200000000 bytes. Error code 12")
+        return train_epoch(epoch)
+
+    trainer.train_epoch = second_epoch_runs_out
+    with pytest.raises(NotEnoughMemoryError) as info:
+        trainer.fit()
+    msg = str(info.value)
+    assert "3200000000 bytes" in msg and "32 windows of up to 10 items" in msg
+    assert "--batch-size" in msg and "--max-len" in msg and isinstance(info.value, MemoryError)
+    assert load_checkpoint(ckpt)["epoch"] == 1          # the finished epoch is kept
+
+
+def test_other_runtime_errors_pass_through_unchanged(tiny_split):
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=1))
+
+    def broken(epoch):
+        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+    trainer.train_epoch = broken
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied") as info:
+        trainer.fit()
+    assert not isinstance(info.value, NotEnoughMemoryError)
 
 
 def test_bf16_on_cpu(tiny_split):

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 from .errors import ConfigError, TutorialLibError
@@ -33,6 +35,7 @@ def parse_option(text: str) -> tuple[str, object]:
 DESCRIPTION = ("Train, evaluate and benchmark the course's self-attentive sequential recommenders (SASRec, "
                "LightSANs, PARec/FPARec, Locker, RKSA) on the registered datasets or on embedded synthetic data.")
 DATA_DIR_HELP = "data directory (default: $SEQREC_DATA_DIR when it is set, otherwise data/cache/)"
+RUNS_DIR_HELP = "folder of checkpoints and of the trained models kept in DIR/models/ (default: runs/ in the project)"
 #: the library's evaluation.PROTOCOLS and training.losses.LOSSES, written out so that parsing (and --help) does not
 #: import torch; a test keeps them equal
 PROTOCOLS = ["full", "full-nohist", "sampled100"]
@@ -116,9 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = tr.add_argument_group("files and output")
     g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     g.add_argument("--download", action="store_true", help="download the dataset if it is missing")
+    g.add_argument("--runs-dir", default=None, metavar="DIR",
+                   help=RUNS_DIR_HELP + "; the checkpoint is DIR/<tag>_<run id>.pt (other settings, another file)")
     g.add_argument("--checkpoint", default=None,
-                   help="checkpoint file (default runs/<tag>_<run id>.pt: other settings, another file); "
-                        "saved after every epoch")
+                   help="checkpoint file, saved after every epoch (default: in --runs-dir); the trained model goes "
+                        "to models/ beside it")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
     g.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
     g.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
@@ -150,7 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     g = bm.add_argument_group("running")
     g.add_argument("--time-budget", type=float, default=None,
                    help="seconds of wall-clock time for this invocation; rerun the same command to continue")
+    g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     g.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    g.add_argument("--runs-dir", default=None, metavar="DIR",
+                   help=RUNS_DIR_HELP + "; checkpoints in DIR/benchmark/ (rerun with the same DIR to resume)")
     g.add_argument("--dry-run", action="store_true",
                    help="print the plan and each run's state (done: its test metrics; partial: its epoch, best "
                         "validation so far and whether a process is training it now), run nothing")
@@ -167,6 +175,13 @@ def _model_options(args: argparse.Namespace) -> dict:
     return options
 
 
+def runs_dir(args: argparse.Namespace) -> Path:
+    """``--runs-dir``, else ``runs/`` in the project."""
+    from .experiments.results import project_root
+
+    return Path(args.runs_dir) if args.runs_dir else project_root() / "runs"
+
+
 def pin_commit() -> str:
     """Pin the commit every row of this process records (the code it imported), and warn on stderr when that
     code is not the working directory's checkout (a second git worktree beside an editable install)."""
@@ -176,15 +191,15 @@ def pin_commit() -> str:
     elsewhere = library_elsewhere()
     if elsewhere:
         print(f"warning: {elsewhere}. This run records that checkout's commit ({commit}), keeps its checkpoints "
-              "under that checkout's runs/ and, without --results, appends its rows to that checkout's "
-              "results/runs.csv; to run the working directory's code, set PYTHONPATH to its checkout",
+              "under that checkout's runs/ (without --runs-dir) and, without --results, appends its rows to that "
+              "checkout's results/runs.csv; to run the working directory's code, set PYTHONPATH to its checkout",
               file=sys.stderr)
     return commit
 
 
 def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.benchmark import parse_datasets, parse_models, plan, run_benchmark, status, summary
-    from .experiments.results import default_results_path, project_root
+    from .experiments.results import default_results_path
     from .experiments.run import ExperimentSpec
 
     pin_commit()  # every row of this invocation records the code it imported
@@ -193,11 +208,11 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
                           epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, window_sampling=args.windows,
-                          device=args.device,
+                          device=args.device, data_dir=args.data_dir,
                           progress=False if args.quiet else None, model_options=_model_options(args))
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
     results = Path(args.results) if args.results else default_results_path()
-    checkpoints = project_root() / "runs" / "benchmark"
+    checkpoints = runs_dir(args) / "benchmark"
     if args.dry_run:
         print(summary(status(specs, results, checkpoints)))
         return 0
@@ -232,7 +247,7 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
-    from .experiments.results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
+    from .experiments.results import append_runs, curve_path, default_results_path, read_runs, write_curve
     from .experiments.run import SYNTHETIC, ExperimentSpec, dataset_name, run_experiment
 
     pin_commit()  # before training starts
@@ -255,8 +270,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
                           f"{spec.model!r} predicts the next item and masks nothing")
     spec.train_config()                           # impossible settings fail before the run is announced
     spec.check_model()
-    checkpoint = (Path(args.checkpoint) if args.checkpoint
-                  else project_root() / "runs" / f"{spec.tag()}_{spec.run_id()}.pt")
+    checkpoint = Path(args.checkpoint) if args.checkpoint else runs_dir(args) / f"{spec.tag()}_{spec.run_id()}.pt"
     if checkpoint.exists() and not args.resume:
         print(f"discarding the checkpoint of an earlier run with these settings ({checkpoint}): this run starts "
               f"at epoch 0; --resume would have continued it", flush=True)
@@ -309,6 +323,24 @@ RESUME_HINTS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    with warnings.catch_warnings():      # restores the standard display when the command returns
+        warnings.showwarning = _show_warning
+        return _run(args, argv)
+
+
+LIBRARY = Path(__file__).resolve().parent
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """The library's warnings as one ``warning: ...`` line (they say what to do; the line of library code that
+    raised them would not help); every other warning as Python shows it."""
+    if Path(filename).resolve().is_relative_to(LIBRARY):
+        print(f"warning: {message}", file=file or sys.stderr, flush=True)
+    else:
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if args.command == "datasets":
             return cmd_datasets(args)
@@ -318,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_benchmark(args, argv)
         return cmd_train(args, argv)
     except TutorialLibError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {name_the_flags(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"\ninterrupted; {_resume_hint(args)}", file=sys.stderr)
@@ -327,6 +359,19 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         print(f"output closed early; {_resume_hint(args)}", file=sys.stderr)
         return 141                # what a shell reports for a process ended by SIGPIPE
+
+
+#: the library's parameters whose command-line flag has another name (the others are the flag with - for _)
+FLAG_OF_PARAMETER = {"max_users": "--eval-users", "n_negatives": "--negatives", "n_heads": "--heads",
+                     "n_layers": "--layers", "window_sampling": "--windows"}
+
+
+def name_the_flags(message: str) -> str:
+    """A library error message, followed by the command-line flag of each parameter it names whose flag has
+    another name (``max_users`` is ``--eval-users``)."""
+    named = [f"{param} is {flag}" for param, flag in FLAG_OF_PARAMETER.items()
+             if re.search(rf"\b{param}\b", message)]
+    return message + (f" (on the command line, {', '.join(named)})" if named else "")
 
 
 def _resume_hint(args: argparse.Namespace) -> str:

@@ -192,8 +192,11 @@ def _sources(f: FileSpec) -> list[str]:
     return lines + list(f.mirrors)
 
 
-def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[FileSpec]) -> str:
-    """Instructions for a user whose dataset files are missing (which files, URLs, folder, commands)."""
+def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[FileSpec],
+                          download_failed: bool = False) -> str:
+    """Instructions for a user whose dataset files are missing (which files, URLs, folder, commands).
+    ``download_failed``: the download was just tried and failed, so the first remedy is to try it again later
+    rather than to run the download command."""
     lines = [f"Dataset {spec.name!r} ({spec.title}) is not available: missing in {folder}/:"]
     for f in missing:
         lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
@@ -204,8 +207,10 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
         lines += [f"      from:   {s}" for s in srcs] or ["      from:   (no public URL; see data/README.md)"]
     lines += [
         "To make it available, do one of:",
-        f"  - run `python -m tutorial_lib datasets --download {spec.name}` "
-        f"(or call load_dataset({spec.name!r}, download=True));",
+        (f"  - run the download again once the source can be reached (a partial file resumes where it stopped);"
+         if download_failed else
+         f"  - run `python -m tutorial_lib datasets --download {spec.name}` "
+         f"(or call load_dataset({spec.name!r}, download=True));"),
         f"  - download the file(s) above by hand into {folder}/;",
         f"  - set {ENV_VAR} to a data folder that already has a '{spec.folder}/' sub-folder with these files.",
         f"Terms: {spec.licence}",
@@ -287,7 +292,8 @@ def ensure_dataset(
             fetch_file(f, folder, timeout)
         except DatasetUnavailableError as exc:
             if f.required:
-                raise DatasetUnavailableError(f"{exc}\n\n{missing_files_message(spec, folder, [f])}") from exc
+                message = missing_files_message(spec, folder, [f], download_failed=True)
+                raise DatasetUnavailableError(f"{exc}\n\n{message}") from exc
             warnings.warn(f"optional file {f.filename} of {spec.name!r} could not be downloaded: {exc}",
                           stacklevel=2)
             continue

@@ -191,12 +191,20 @@ class DatasetStatusRow:
     error: str | None = None
 
 
+def missing_files(name: str, root: str | os.PathLike | None = None) -> tuple[str, ...]:
+    """The dataset's required files that are not in its folder of the data directory (empty when it can be
+    loaded without downloading; their contents are checked when it is loaded, not here)."""
+    spec = get_spec(name)
+    folder = dataset_folder(spec, root)
+    return tuple(f.filename for f in spec.required_files if not (folder / f.filename).is_file())
+
+
 def dataset_status(root: str | os.PathLike | None = None) -> list[DatasetStatusRow]:
     """Availability and statistics of every registered dataset in the data directory."""
     rows = []
     for spec in DATASETS.values():
         folder = dataset_folder(spec, root)
-        missing = tuple(f.filename for f in spec.required_files if not (folder / f.filename).is_file())
+        missing = missing_files(spec.name, root)
         urls = tuple(u for f in spec.required_files for u in (f.urls + f.mirrors))
         fstats = pstats = None
         error = None

@@ -23,18 +23,19 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DatasetUnavailableError
 from ..models.registry import get_model_entry
 from ..training.checkpoint import load_checkpoint
 from ..training.trainer import NEGATIVES_WITH_FULL_CE
 from ..utils.locks import HeldLock, try_hold
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
-from .run import ExperimentSpec, dataset_choices, run_experiment
+from .run import SYNTHETIC, ExperimentSpec, dataset_choices, run_experiment
 
 #: (model, loss) pairs of the complete benchmark (issue: SASRec with BCE and CE, LightSANs, LightSANs-ape,
 #: PARec, FPARec, the five causal Locker variants, RKSA)
@@ -133,7 +134,7 @@ class RunProgress:
 @dataclass
 class RunStatus:
     spec: ExperimentSpec
-    state: str            # "done", "partial" (a checkpoint exists) or "pending"
+    state: str            # "done", "partial" (a checkpoint exists), "pending" or "no data" (its dataset is missing)
     checkpoint: Path
     row: dict | None = None
     progress: RunProgress | None = None   # for a partial run whose checkpoint could be read (``status(progress=True)``)
@@ -150,16 +151,42 @@ def models_folder(checkpoints: Path) -> Path:
 
 def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path,
            progress: bool = True) -> list[RunStatus]:
-    """Which runs are finished (a row with their ``run_id``), partial (a checkpoint) or pending; with
-    ``progress``, how far each partial run has got (:func:`read_progress`)."""
+    """Which runs are finished (a row with their ``run_id``), partial (a checkpoint), pending, or cannot run
+    because their dataset's files are missing ("no data", :func:`missing_data`); with ``progress``, how far each
+    partial run has got (:func:`read_progress`)."""
     rows = {(r.get("run_id"), r.get("protocol")): r for r in read_runs(results) if r.get("run_id")}
+    missing = missing_data(specs)
     out = []
     for spec in specs:
         ckpt = checkpoint_path(spec, checkpoints)
         row = rows.get((spec.run_id(), spec.protocol))
-        state = "done" if row else "partial" if ckpt.exists() else "pending"
+        state = ("done" if row else "no data" if spec.dataset in missing else "partial" if ckpt.exists()
+                 else "pending")
         out.append(RunStatus(spec, state, ckpt, row, read_progress(ckpt) if progress and state == "partial" else None))
     return out
+
+
+def missing_data(specs: Sequence[ExperimentSpec]) -> dict[str, tuple[str, ...]]:
+    """The plan's datasets whose required files are not in their data directory: name -> the missing files."""
+    from ..data.loading import missing_files
+
+    out, seen = {}, set()
+    for spec in specs:
+        if spec.dataset != SYNTHETIC and (spec.dataset, spec.data_dir) not in seen:
+            seen.add((spec.dataset, spec.data_dir))
+            files = missing_files(spec.dataset, spec.data_dir)
+            if files:
+                out[spec.dataset] = files
+    return out
+
+
+def no_data_advice(datasets: Sequence[str], data_dir: str | None = None) -> str:
+    """How to get the datasets a plan lacks into its data directory (``data_dir``: the specs' override)."""
+    from ..data.paths import data_dir as resolve
+
+    flag = f" --data-dir {shlex.quote(str(data_dir))}" if data_dir is not None else ""
+    return (f"`python -m tutorial_lib datasets --download {' '.join(datasets)}{flag}` fetches them "
+            f"(sha256-verified) into {resolve(data_dir)}, or leave them out of --datasets")
 
 
 def read_progress(checkpoint: Path) -> RunProgress | None:
@@ -219,11 +246,15 @@ def summary(statuses: Sequence[RunStatus]) -> str:
         else:
             lines.append(head + f"{num(r, 'hr@10', '.4f'):>7s} {num(r, 'ndcg@10', '.4f'):>8s} "
                                 f"{num(r, 'seconds_per_epoch', '.1f'):>8s}")
-    counts = {k: sum(st.state == k for st in statuses) for k in ("done", "partial", "pending")}
+    counts = {k: sum(st.state == k for st in statuses) for k in ("done", "partial", "pending", "no data")}
     partial = sum(st.progress.train_seconds for st in statuses if st.progress is not None)
-    lines.append(f"{len(statuses)} runs: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending; "
-                 f"{spent / 60:.1f} min of training in the finished runs"
+    lines.append(f"{len(statuses)} runs: {counts['done']} done, {counts['partial']} partial, {counts['pending']} pending"
+                 + (f", {counts['no data']} without their data" if counts["no data"] else "")
+                 + f"; {spent / 60:.1f} min of training in the finished runs"
                  + (f", {partial / 60:.1f} in the partial ones" if partial else ""))
+    absent = list(dict.fromkeys(st.spec.dataset for st in statuses if st.state == "no data"))
+    if absent:
+        lines.append(f"no data for {', '.join(absent)}: {no_data_advice(absent, statuses[0].spec.data_dir)}")
     return "\n".join(lines)
 
 
@@ -261,6 +292,12 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
                           f"got {time_budget}")
     results = Path(results) if results is not None else default_results_path()
     checkpoints = Path(checkpoints) if checkpoints is not None else project_root() / "runs" / "benchmark"
+    absent = list(dict.fromkeys(st.spec.dataset for st in status(specs, results, checkpoints, progress=False)
+                                if st.state == "no data"))
+    if absent:     # found now, not hours into the plan
+        raise DatasetUnavailableError(f"the plan has unfinished runs on dataset(s) whose files are missing: "
+                                      f"{', '.join(absent)}. Nothing was trained. "
+                                      f"{no_data_advice(absent, specs[0].data_dir)}")
     checkpoints.mkdir(parents=True, exist_ok=True)
     deadline = None if time_budget is None else time.time() + time_budget
     data_cache: dict[str, object] = {}
@@ -306,4 +343,4 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
 
 
 __all__ = ["BENCHMARK_MODELS", "BENCHMARK_DATASETS", "parse_models", "parse_datasets", "plan", "status", "summary",
-           "run_benchmark", "claim_run", "read_progress", "RunStatus", "RunProgress"]
+           "run_benchmark", "claim_run", "read_progress", "missing_data", "RunStatus", "RunProgress"]

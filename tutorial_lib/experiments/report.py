@@ -962,10 +962,15 @@ def replace_section(text: str, section: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", action="store_true")
-    parser.add_argument("--check", action="store_true")
-    parser.add_argument("--readme", default=str(project_root() / "README.md"))
-    parser.add_argument("--results-readme", default=str(project_root() / "results" / "README.md"))
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true",
+                      help="rewrite README's results section (between its markers) and the results README")
+    mode.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 when either file differs from what --write would write")
+    parser.add_argument("--readme", default=str(project_root() / "README.md"),
+                        help="the README whose results section is generated (default: the project's README.md)")
+    parser.add_argument("--results-readme", default=str(project_root() / "results" / "README.md"),
+                        help="the generated file of every table (default: results/README.md)")
     args = parser.parse_args(argv)
     section = render_section()
     readme, results_readme = Path(args.readme), Path(args.results_readme)

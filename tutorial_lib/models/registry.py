@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from ..errors import ConfigError, UnknownNameError
+from ..errors import ConfigError, UnknownNameError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,8 @@ def build_model(name: str, n_items: int, max_len: int, n_users: int | None = Non
     valid = entry.options()
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}; valid options: {sorted(valid)}")
+        hints = "".join(did_you_mean(k, valid) for k in unknown)
+        raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}{hints}; valid options: {sorted(valid)}")
     for key, value in options.items():   # a number option given text (`--option d_model=abc`) fails deep inside
         default = valid[key]
         if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str):

@@ -25,6 +25,7 @@ from ..utils.device import resolve_device
 from ..utils.seeding import device_rng_state, set_device_rng_state
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, ce_chunk_rows, full_ce_loss, sampled_softmax_loss
+from .memory import explain_out_of_memory
 from .negatives import NegativeSampler
 from .optimizer import make_adam
 
@@ -226,6 +227,11 @@ class Trainer:
             warnings.warn("bucketing trims batches to their longest window, but this model pads every input back "
                           "to max_len (the released LightSANs attention, compat=True): it costs nothing and saves "
                           "nothing here; leave bucketing off", stacklevel=2)
+        if model.max_len >= max(2 * self.longest_input(), 16):     # more padding than items, for every user
+            warnings.warn(f"max_len={model.max_len}, but the longest input here has {self.longest_input()} items: "
+                          f"every evaluation batch (and every training batch without bucketing) is padded to "
+                          f"{model.max_len} positions. max_len={self.longest_input()} sees every item at a fraction "
+                          f"of the cost", stacklevel=2)
         if self.config.loss != "ce" and self.config.negatives >= split.n_items:
             warnings.warn(f"{self.config.negatives} negatives on a catalogue of {split.n_items} items: drawing at "
                           f"least as many negatives as there are items costs more than full cross-entropy "
@@ -388,7 +394,27 @@ class Trainer:
                               f"trained with, or start afresh")
 
     def fit(self) -> TrainResult:
-        """Train until ``epochs``, early stopping or the time budget; restore the best weights."""
+        """Train until ``epochs``, early stopping or the time budget; restore the best weights.
+
+        Running out of memory raises :class:`~tutorial_lib.errors.NotEnoughMemoryError`, which names the settings
+        that size a batch; the checkpoint keeps every epoch finished before."""
+        with explain_out_of_memory(f"while training on {self.device.type}",
+                                   self._memory_advice()):
+            return self._fit()
+
+    def _memory_advice(self) -> str:
+        cfg = self.config
+        return (f"A training batch holds {cfg.batch_size} windows of up to {self.model.max_len} items, and the "
+                f"attention of each block keeps batch_size x heads x max_len^2 scores; validation ranks all "
+                f"{self.split.n_items} items for each user of a batch. Lower batch_size or max_len (the command "
+                f"line's --batch-size, --max-len): the longest input here has {self.longest_input()} items"
+                + ("" if cfg.bucketing else ", and bucketing trims each batch to its longest window") + ".")
+
+    def longest_input(self) -> int:
+        """Items in the longest input a user can have: training history plus the validation item (test input)."""
+        return max((len(h) for h in self.split.train), default=0) + 1
+
+    def _fit(self) -> TrainResult:
         cfg = self.config
         start, best, history, train_seconds = self._resume()
         reason = "patience" if best["bad"] >= cfg.patience else "epochs"
