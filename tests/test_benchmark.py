@@ -185,6 +185,31 @@ def test_new_training_options_keep_the_ids_of_earlier_runs():
     assert replace(spec, loss="bce", n_negatives=5).run_id() != replace(spec, loss="bce").run_id()
 
 
+def test_an_option_given_with_its_default_is_the_same_run():
+    """``--d-model 64`` (the default) used to make another run id: its finished run looked pending again."""
+    spec = ExperimentSpec(model="sasrec", dataset="ml-1m", epochs=800, eval_every=5, patience=30, seed=42)
+    for same in ({"d_model": 64}, {"n_heads": 2, "n_layers": 2}, {"dropout": 0.2}, {"tie_embeddings": True}):
+        assert replace(spec, model_options=same).run_id() == spec.run_id() == "c98e650fa409", same
+    for other in ({"d_model": 32}, {"dropout": 0.5}, {"tie_embeddings": False}, {"d_model": "64"}):
+        assert replace(spec, model_options=other).run_id() != spec.run_id(), other
+    rksa = ExperimentSpec(model="rksa", dataset="video")          # its preset sets n_heads=1: 2 is not its default
+    assert replace(rksa, model_options={"n_heads": 2}).run_id() != rksa.run_id()
+
+
+def test_a_model_or_dataset_listed_twice_is_refused():
+    with pytest.raises(ConfigError, match="sasrec@ce listed more than once"):
+        bm.parse_models(["sasrec", "SASRec@ce"], "ce")
+    with pytest.raises(ConfigError, match="beauty listed more than once"):
+        bm.parse_datasets(["beauty", "Beauty"])
+    with pytest.raises(ConfigError, match="did you mean 'beauty'"):
+        bm.parse_datasets(["beuaty"])
+
+
+def test_the_plan_checks_the_device_and_precision():
+    with pytest.raises(ConfigError, match="fp16"):
+        bm.plan([("sasrec", "ce")], ["synthetic"], [0], ExperimentSpec(precision="fp16", device="cpu"))
+
+
 def test_a_run_finished_by_another_invocation_meanwhile_is_not_repeated(tmp_path, small_synthetic):
     specs = bm.plan([("sasrec", "ce"), ("fparec", "ce")], ["synthetic"], [0], ExperimentSpec(**TINY))
     results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"

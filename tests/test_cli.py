@@ -87,10 +87,10 @@ def test_a_checkpoint_that_is_discarded_or_not_found_is_said(tmp_path, monkeypat
     out = capsys.readouterr().out
     assert "--resume: no checkpoint at" in out and "name its file with --checkpoint" in out
     assert main(argv) == 0
-    assert "discarding the checkpoint of an earlier run" in capsys.readouterr().out
+    assert "replacing the existing checkpoint" in capsys.readouterr().out
     assert main([*argv, "--resume"]) == 0                    # found: continued, nothing said about it
     out = capsys.readouterr().out
-    assert "no checkpoint" not in out and "discarding" not in out
+    assert "no checkpoint" not in out and "replacing" not in out
 
 
 def test_resuming_a_finished_run_does_not_append_its_row_twice(tmp_path, monkeypatch, capsys):
@@ -275,6 +275,9 @@ def test_argparse_rejects_unknown_loss(capsys):
     (["--models", "sasrec@foo"], "foo"),
     (["--heads", "0"], "n_heads must be >= 1"),
     (["--option", "k=500"], "rank k must be in 1..max_len"),          # FPARec's: found before SASRec trains
+    (["--mask-prob", "0.3"], "none is in the plan"),
+    (["--eval-users", "0"], "max_users is --eval-users"),
+    (["--precision", "fp16", "--device", "cpu"], "fp16"),
 ])
 def test_benchmark_rejects_bad_plans_before_running_anything(tmp_path, capsys, argv, message):
     base = {"--models": ["sasrec", "fparec"], "--seeds": ["0"]}
@@ -349,8 +352,7 @@ def test_the_renamed_parameters_are_real_flags():
 
     for command in ("train", "benchmark"):
         flags = {o for a in _subcommand_parsers()[command]._actions for o in a.option_strings}
-        assert set(FLAG_OF_PARAMETER.values()) - {"--eval-users"} <= flags, command
-    assert "--eval-users" in {o for a in _subcommand_parsers()["train"]._actions for o in a.option_strings}
+        assert set(FLAG_OF_PARAMETER.values()) <= flags, command
 
 
 @pytest.mark.parametrize("argv, hint", [
@@ -370,3 +372,80 @@ def test_the_librarys_warnings_are_one_line_each(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "warning: max_len=64, but the longest input here has" in err
     assert "UserWarning" not in err and ".py:" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--results", "{afile}/x.csv"], "cannot use {afile} as a folder"),
+    (["--results", "{tmp}"], "is a folder; name the CSV file"),
+    (["--runs-dir", "{afile}"], "cannot use {afile} as a folder"),
+    (["--checkpoint", "{afile}/c.pt"], "cannot use {afile} as a folder"),
+    (["--checkpoint", "{tmp}"], "is a folder; name the checkpoint file"),
+    (["--precision", "fp16", "--device", "cpu"], "fp16"),
+    (["--model", "bert4rec", "--mask-prob", "1.5"], "between 0 and 1"),
+    (["--dataset", "beauty", "--data-dir", "{tmp}/nowhere"], "the data directory {tmp}/nowhere does not exist"),
+    (["--d-model", "32", "--option", "d_model=16"], "set the same option to two values"),
+])
+def test_paths_devices_and_data_are_checked_before_anything_trains(tmp_path, capsys, argv, message):
+    """These used to fail after the announcement, some only after the whole training."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    fill = {"afile": str(afile), "tmp": str(tmp_path)}
+    argv = [a.format(**fill) for a in argv]
+    assert main(["train", "--epochs", "1", "--quiet", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert message.format(**fill) in err and "training" not in out
+
+
+def test_with_runs_dir_the_model_goes_there_even_beside_a_named_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert main(["train", *TINY, "--epochs", "1", "--no-results", "--checkpoint", str(tmp_path / "ck" / "c.pt"),
+                 "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert list((tmp_path / "runs" / "models").glob("*.pt")) and not (tmp_path / "ck" / "models").exists()
+
+
+def test_resuming_with_other_model_options_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    argv = ["train", *TINY, "--epochs", "1", "--no-results", "--checkpoint", str(tmp_path / "c.pt")]
+    assert main(argv) == 0
+    assert main([*argv, "--resume", "--dropout", "0.3"]) == 2
+    assert "holds another model (dropout 0.2 -> 0.3)" in capsys.readouterr().err
+    assert main([*argv, "--resume", "--heads", "2", "--epochs", "2"]) == 0       # the default, typed: the same model
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["train", "--models", "sasrec"], "did you mean --model? --models is an option of benchmark."),
+    (["benchmark", "--resume"], "--resume is an option of train."),
+    (["train", "--result", "x.csv"], "did you mean --results?"),      # no longer an abbreviation of --results
+    (["train", "sasrec"], "`python -m tutorial_lib train --help` lists the options of train."),
+])
+def test_an_unknown_or_misplaced_flag_says_where_it_belongs(capsys, argv, hint):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and f"python -m tutorial_lib {argv[0]}: error: unrecognized arguments" in err
+    assert hint in err
+
+
+def test_report_refuses_an_abbreviation_and_a_readme_without_markers(tmp_path, capsys):
+    from tutorial_lib.experiments import report
+
+    results = tmp_path / "runs.csv"
+    results.write_text("model,dataset\n")
+    with pytest.raises(SystemExit):
+        report.main(["--write", "--results", str(results)])    # used to mean --results-readme: overwrote the CSV
+    assert results.read_text() == "model,dataset\n"
+    plain = tmp_path / "README.md"
+    plain.write_text("# no markers\n")
+    for argv, message in ((["--check", "--readme", str(tmp_path / "none.md")], "no such file"),
+                          (["--check", "--readme", str(plain)], "has no <!-- results:start -->")):
+        with pytest.raises(SystemExit):
+            report.main(argv)
+        assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("quiet, terminal, bars", [(False, True, None), (True, True, False), (False, False, False)])
+def test_progress_bars_only_on_a_terminal(monkeypatch, quiet, terminal, bars):
+    from tutorial_lib.cli import _progress_bars
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal, raising=False)
+    assert _progress_bars(argparse.Namespace(quiet=quiet)) is bars

@@ -291,6 +291,18 @@ def test_unknown_model_lists_valid_names():
         assert name in str(exc.value)
 
 
+@pytest.mark.parametrize("value", ["maybe", 0, 1])
+def test_a_true_or_false_option_takes_only_true_or_false(value):
+    """``tie_embeddings=maybe`` used to be stored as text and behave as true."""
+    with pytest.raises(ConfigError, match="tie_embeddings=true or tie_embeddings=false"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, tie_embeddings=value)
+
+
+def test_a_misspelt_option_gets_a_suggestion():
+    with pytest.raises(ConfigError, match=r"\['dropot'\] \(did you mean 'dropout'\?\)"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, dropot=0.1)
+
+
 def test_model_name_is_case_insensitive():
     assert get_model_entry("SASRec").name == "sasrec"
 

@@ -186,8 +186,19 @@ def test_a_checkpoint_of_other_settings_or_another_model_is_refused(tiny_split, 
         Trainer(make_model(tiny_split), tiny_split, config(epochs=2, lr=5e-4, checkpoint=ckpt)).fit()
     with pytest.raises(ConfigError, match="another model"):
         Trainer(make_model(tiny_split, d_model=8), tiny_split, config(epochs=2, checkpoint=ckpt)).fit()
+    with pytest.raises(ConfigError, match=r"another model \(dropout 0\.1 -> 0\.3, n_heads 2 -> 4\)"):
+        Trainer(make_model(tiny_split, dropout=0.3, n_heads=4), tiny_split, config(epochs=2, checkpoint=ckpt)).fit()
     longer = Trainer(make_model(tiny_split), tiny_split, config(epochs=2, patience=3, checkpoint=ckpt)).fit()
     assert longer.epochs_run == 2                        # training longer is a resume, not another run
+
+
+def test_the_checkpoint_records_how_the_model_was_built(tiny_split, tmp_path):
+    """Options that change no parameter's shape (dropout, heads) are refused on resume only thanks to this."""
+    ckpt = tmp_path / "run.pt"
+    Trainer(make_model(tiny_split, n_heads=4), tiny_split, config(epochs=1, checkpoint=str(ckpt))).fit()
+    recipe = load_checkpoint(ckpt)["recipe"]
+    assert recipe["model"] == "sasrec" and recipe["max_len"] == MAX_LEN and recipe["n_items"] == tiny_split.n_items
+    assert recipe["options"]["n_heads"] == 4 and recipe["options"]["layout"] == "paper"    # defaults included
 
 
 def test_checkpoint_keeps_the_loss_scale(tiny_split, tmp_path):
@@ -290,6 +301,11 @@ def test_other_runtime_errors_pass_through_unchanged(tiny_split):
     with pytest.raises(RuntimeError, match="shapes cannot be multiplied") as info:
         trainer.fit()
     assert not isinstance(info.value, NotEnoughMemoryError)
+
+
+def test_mask_prob_outside_zero_one_is_refused():
+    with pytest.raises(ConfigError, match="mask_prob .* between 0 and 1, got 1.5"):
+        config(mask_prob=1.5)
 
 
 def test_bf16_on_cpu(tiny_split):

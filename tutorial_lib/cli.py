@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import shlex
@@ -57,6 +58,10 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
                    help="training window of a long history: its most recent items (default, as SASRec) or a "
                         "random window drawn anew every epoch (trains on the older items too)")
     g.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU; default), cpu, cuda, mps")
+    g.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="fp32 (default), or mixed precision: bf16 (autocast, CPU or GPU), fp16 (CUDA)")
+    g.add_argument("--mask-prob", type=float, default=None,
+                   help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
 
 
 def _add_model_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
@@ -72,22 +77,25 @@ def _add_model_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
 
 
 def _add_protocol_option(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--eval-users", type=int, default=None,
+                   help="evaluate a random subset of this many users, the same for every run (default: all users)")
     g.add_argument("--protocol", default="full", choices=PROTOCOLS,
                    help="ranking for validation and the test row: full (all items, history kept; default), "
                         "full-nohist (the user's history removed) or sampled100 (against 100 sampled negatives)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=DESCRIPTION, epilog=EPILOG)
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=DESCRIPTION, epilog=EPILOG,
+                                     allow_abbrev=False)   # --result must not silently mean --results
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ds = sub.add_parser("datasets", help="list every dataset, whether it is available, and its statistics")
+    ds = sub.add_parser("datasets", allow_abbrev=False, help="list every dataset, whether it is available, and its statistics")
     ds.add_argument("--data-dir", help=DATA_DIR_HELP)
     ds.add_argument("--download", nargs="+", metavar="NAME", help="download these datasets (sha256-verified)")
 
-    sub.add_parser("models", help="list the registered models and their options")
+    sub.add_parser("models", allow_abbrev=False, help="list the registered models and their options")
 
-    tr = sub.add_parser("train", help="train one model on one dataset and append a row to results/runs.csv",
+    tr = sub.add_parser("train", allow_abbrev=False, help="train one model on one dataset and append a row to results/runs.csv",
                         epilog=EPILOG)
     g = tr.add_argument_group("what to train")
     g.add_argument("--model", default="sasrec", help="registered model name (see `models`; default sasrec)")
@@ -105,17 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batch users of similar length and trim padding (faster, learns slower per epoch on ML-1M)")
     g.add_argument("--weighting", default="target", choices=["target", "batch"],
                    help="every target weighs the same (default), or every batch's mean loss")
-    g.add_argument("--mask-prob", type=float, default=None,
-                   help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
-    g.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
-                   help="fp32 (default), or mixed precision: bf16 (autocast, CPU or GPU), fp16 (CUDA)")
     g.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
     _add_model_options(tr.add_argument_group("model"), benchmark=False)
     g = tr.add_argument_group("evaluation")
     _add_protocol_option(g)
     g.add_argument("--also-protocols", nargs="+", default=[], choices=PROTOCOLS,
                    help="also rank the selected model's test users under these protocols (one more row each)")
-    g.add_argument("--eval-users", type=int, default=None, help="evaluate a random subset of this many users (default: all users)")
     g = tr.add_argument_group("files and output")
     g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     g.add_argument("--download", action="store_true", help="download the dataset if it is missing")
@@ -125,11 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="checkpoint file, saved after every epoch (default: in --runs-dir); the trained model goes "
                         "to models/ beside it")
     g.add_argument("--resume", action="store_true", help="continue from the checkpoint if it exists")
-    g.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    g.add_argument("--results", default=None,
+                   help="results CSV (default results/runs.csv); the training curves go to curves/ beside it")
     g.add_argument("--no-results", action="store_true", help="do not append to the results CSV")
-    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--quiet", action="store_true",
+                   help="no progress bars (they are off anyway when the output goes to a file or a pipe)")
 
-    bm = sub.add_parser("benchmark", help="run every method on every dataset (resumable), one row per finished run")
+    bm = sub.add_parser("benchmark", allow_abbrev=False, help="run every method on every dataset (resumable), one row per finished run")
     g = bm.add_argument_group("the plan: every model x dataset x seed")
     g.add_argument("--models", nargs="+", default=["all"],
                    help="'all' (the complete benchmark; the default) or model names, optionally with a loss: "
@@ -156,13 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--time-budget", type=float, default=None,
                    help="seconds of wall-clock time for this invocation; rerun the same command to continue")
     g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
-    g.add_argument("--results", default=None, help="results CSV (default results/runs.csv)")
+    g.add_argument("--results", default=None,
+                   help="results CSV (default results/runs.csv); the training curves go to curves/ beside it")
     g.add_argument("--runs-dir", default=None, metavar="DIR",
                    help=RUNS_DIR_HELP + "; checkpoints in DIR/benchmark/ (rerun with the same DIR to resume)")
     g.add_argument("--dry-run", action="store_true",
                    help="print the plan and each run's state (done: its test metrics; partial: its epoch, best "
                         "validation so far and whether a process is training it now), run nothing")
-    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    g.add_argument("--quiet", action="store_true",
+                   help="no progress bars (they are off anyway when the output goes to a file or a pipe)")
     return parser
 
 
@@ -170,9 +177,39 @@ def _model_options(args: argparse.Namespace) -> dict:
     """``--option k=v`` plus the shortcuts ``--d-model``, ``--layers``, ``--heads``, ``--dropout``."""
     options = dict(args.option)
     for flag, key in (("d_model", "d_model"), ("layers", "n_layers"), ("heads", "n_heads"), ("dropout", "dropout")):
-        if getattr(args, flag) is not None:
-            options[key] = getattr(args, flag)
+        value = getattr(args, flag)
+        if value is not None:
+            if key in options and options[key] != value:
+                raise ConfigError(f"--{flag.replace('_', '-')} {value} and --option {key}={options[key]} set the same "
+                                  f"option to two values: give it once")
+            options[key] = value
     return options
+
+
+def check_output_paths(checkpoint: Path, models: Path, results: Path | None) -> None:
+    """Create the folders a run writes to, or :class:`ConfigError` naming the path that cannot be one (a file where
+    a folder must go, a folder where the results file must go), before anything trains."""
+    from .experiments.results import curve_path
+
+    if checkpoint.is_dir():
+        raise ConfigError(f"--checkpoint {checkpoint} is a folder; name the checkpoint file (or use --runs-dir)")
+    if results is not None and results.is_dir():
+        raise ConfigError(f"--results {results} is a folder; name the CSV file the rows go to")
+    folders = [checkpoint.parent, models]
+    if results is not None:
+        folders += [results.parent, curve_path(results, "x", "x").parent]
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise ConfigError(f"cannot use {folder} as a folder: {exc.strerror.lower()} ({exc.filename}); "
+                              f"choose another --runs-dir, --checkpoint or --results") from exc
+
+
+def _progress_bars(args: argparse.Namespace) -> bool | None:
+    """``False`` with --quiet or when stderr is not a terminal (a log file would fill with redrawn bars), else
+    ``None``: the library's default (on unless $TUTORIAL_LIB_QUIET). The per-epoch lines are printed either way."""
+    return False if args.quiet or not sys.stderr.isatty() else None
 
 
 def runs_dir(args: argparse.Namespace) -> Path:
@@ -208,8 +245,9 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
                           epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, window_sampling=args.windows,
-                          device=args.device, data_dir=args.data_dir,
-                          progress=False if args.quiet else None, model_options=_model_options(args))
+                          device=args.device, precision=args.precision, mask_prob=args.mask_prob,
+                          eval_users=args.eval_users, data_dir=args.data_dir,
+                          progress=_progress_bars(args), model_options=_model_options(args))
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
     results = Path(args.results) if args.results else default_results_path()
     checkpoints = runs_dir(args) / "benchmark"
@@ -263,17 +301,19 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         n_negatives=args.negatives, device=args.device, precision=args.precision,
         bucketing=args.bucketing, weighting=args.weighting, window_sampling=args.windows, mask_prob=args.mask_prob,
         time_budget=args.time_budget, model_options=options,
-        data_dir=args.data_dir, download=args.download, progress=False if args.quiet else None,
+        data_dir=args.data_dir, download=args.download, progress=_progress_bars(args),
     )
     if args.mask_prob is not None and not spec.cloze:   # the library ignores it there (a list of models shares it)
         raise ConfigError(f"--mask-prob is for the cloze-trained models (bert4rec, bert4rec-locker-*); "
                           f"{spec.model!r} predicts the next item and masks nothing")
-    spec.train_config()                           # impossible settings fail before the run is announced
-    spec.check_model()
+    spec.check()            # impossible settings, an unavailable device, missing data: before the run is announced
     checkpoint = Path(args.checkpoint) if args.checkpoint else runs_dir(args) / f"{spec.tag()}_{spec.run_id()}.pt"
+    models = runs_dir(args) / "models" if args.runs_dir or not args.checkpoint else checkpoint.parent / "models"
+    results = None if args.no_results else Path(args.results or default_results_path())
+    check_output_paths(checkpoint, models, results)   # a bad path fails now, not after the training
     if checkpoint.exists() and not args.resume:
-        print(f"discarding the checkpoint of an earlier run with these settings ({checkpoint}): this run starts "
-              f"at epoch 0; --resume would have continued it", flush=True)
+        print(f"replacing the existing checkpoint {checkpoint}: this run starts at epoch 0 (with --resume, a "
+              f"checkpoint written with the same settings is continued)", flush=True)
         checkpoint.unlink()  # a fresh run; --resume keeps it
     elif args.resume and not checkpoint.exists():
         print(f"--resume: no checkpoint at {checkpoint}, so training starts at epoch 0. The default file name "
@@ -293,11 +333,11 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{stage:10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
     for protocol, m in result.also.items():
         print(f"test, {protocol}:\n{'':10s} " + "  ".join(f"{m[k]:8.4f}" for k in keys))
-    print(f"trained model in {result.save_model(checkpoint.parent / 'models')}")  # runs/models by default
-    if not args.no_results:
+    print(f"trained model in {result.save_model(models)}")
+    if results is not None:
         command = "python -m tutorial_lib " + shlex.join(argv)
         rows = result.rows(command)
-        path = Path(args.results or default_results_path())
+        path = results
         if args.resume:   # a run that had already finished has its rows there: a second copy would count it twice
             recorded = {(r.get("run_id"), r.get("protocol")) for r in read_runs(path)}
             if all((row["run_id"], row["protocol"]) in recorded for row in rows):
@@ -322,10 +362,36 @@ RESUME_HINTS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        commands = subcommand_parsers(parser)
+        commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}"
+                                     f"{misplaced_hint(extras, args.command, commands)}")
     with warnings.catch_warnings():      # restores the standard display when the command returns
         warnings.showwarning = _show_warning
         return _run(args, argv)
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """``{"train": <its parser>, ...}``."""
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def misplaced_hint(extras: list[str], command: str, commands: dict[str, argparse.ArgumentParser]) -> str:
+    """Where the unrecognised flags belong (``--models`` is an option of ``benchmark``), and where to look."""
+    hints = []
+    for flag in dict.fromkeys(e.split("=", 1)[0] for e in extras if e.startswith("--")):
+        owners = [name for name, p in commands.items() if name != command
+                  and any(flag in a.option_strings for a in p._actions)]
+        own = [o for a in commands[command]._actions for o in a.option_strings if o.startswith("--")]
+        close = difflib.get_close_matches(flag, own, n=1, cutoff=0.75)
+        if close:
+            hints.append(f"did you mean {close[0]}?")
+        if owners:
+            hints.append(f"{flag} is an option of {' and '.join(owners)}.")
+    where = f"`python -m tutorial_lib {command} --help` lists the options of {command}."
+    return "\n" + " ".join(hints + [where])
 
 
 LIBRARY = Path(__file__).resolve().parent

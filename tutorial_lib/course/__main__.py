@@ -42,14 +42,14 @@ def _rel(path: Path) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    k = sub.add_parser("check", help="is this machine ready for the course? (exit status 1 if not)")
+    k = sub.add_parser("check", allow_abbrev=False, help="is this machine ready for the course? (exit status 1 if not)")
     k.add_argument("--data-dir", type=Path, default=None,
                    help="where to look for the datasets (default: $SEQREC_DATA_DIR when it is set, otherwise data/cache/)")
     k.add_argument("--no-train", action="store_true", help="skip the one-epoch training check")
-    b = sub.add_parser("build-notebooks", help="generate notebooks/ from solutions/")
-    c = sub.add_parser("clean-solutions", help="normalise solutions/*.ipynb in place")
+    b = sub.add_parser("build-notebooks", allow_abbrev=False, help="generate notebooks/ from solutions/")
+    c = sub.add_parser("clean-solutions", allow_abbrev=False, help="normalise solutions/*.ipynb in place")
     for p in (b, c):
         p.add_argument("--solutions", type=Path, default=None, help="solutions folder (default: <project>/solutions)")
         p.add_argument("--check", action="store_true", help="write nothing; exit 1 if anything would change")

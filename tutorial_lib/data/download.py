@@ -198,6 +198,12 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
     ``download_failed``: the download was just tried and failed, so the first remedy is to try it again later
     rather than to run the download command."""
     lines = [f"Dataset {spec.name!r} ({spec.title}) is not available: missing in {folder}/:"]
+    root = folder.parent
+    if root.name == spec.folder:
+        lines[0] += (f"\n  (the data directory {root} looks like the dataset's own folder: name the folder that holds "
+                     f"'{spec.folder}/', i.e. {root.parent})")
+    elif not root.is_dir():
+        lines[0] += f"\n  (the data directory {root} does not exist: is the path, or {ENV_VAR}, spelt right?)"
     for f in missing:
         lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
         lines.append(f"      sha256: {f.sha256 or 'unknown (' + f.note + ')'}")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import ConfigError, DatasetUnavailableError
+from ..errors import ConfigError, DatasetUnavailableError, did_you_mean
 from ..models.registry import get_model_entry
 from ..training.checkpoint import load_checkpoint
 from ..training.trainer import NEGATIVES_WITH_FULL_CE
@@ -61,6 +61,7 @@ def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str
         model, _, loss = name.lower().partition("@")
         get_model_entry(model)  # unknown names raise, listing the valid ones
         out.append((model, loss or default_loss))
+    _once([f"{model}@{loss}" for model, loss in out], "model")
     return out
 
 
@@ -72,8 +73,17 @@ def parse_datasets(names: Sequence[str]) -> list[str]:
     valid = dataset_choices()
     bad = [n for n in names if n.strip().lower() not in valid]
     if bad:
-        raise ConfigError(f"unknown dataset(s) {bad}; valid datasets are: {', '.join(sorted(valid))}")
-    return [n.strip().lower() for n in names]
+        hints = "".join(did_you_mean(n, valid) for n in bad)
+        raise ConfigError(f"unknown dataset(s) {bad}{hints}; valid datasets are: {', '.join(sorted(valid))}")
+    return _once([n.strip().lower() for n in names], "dataset")
+
+
+def _once(names: list, kind: str) -> list:
+    """``names`` unchanged, or :class:`ConfigError` when one is listed twice (its runs would be listed twice)."""
+    repeated = sorted({str(n) for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"{kind}(s) {', '.join(repeated)} listed more than once; give each once")
+    return names
 
 
 def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
@@ -103,6 +113,9 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
 
     if base.n_negatives is not None and all(loss == "ce" for _, loss in models):
         raise ConfigError(NEGATIVES_WITH_FULL_CE)
+    if base.mask_prob is not None and not any(replace(base, model=m).cloze for m, _ in models):
+        raise ConfigError("mask_prob (--mask-prob) is for the cloze-trained models (bert4rec, bert4rec-locker-*), "
+                          "and none is in the plan: every model listed predicts the next item and masks nothing")
 
     def negatives(loss: str) -> int | None:
         if loss == "ce":
@@ -113,11 +126,12 @@ def plan(models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequ
              for d in datasets for m, loss in models for s in seeds]
     checked: set[str] = set()
     for spec in specs:        # impossible settings fail now, not hours later when their run comes up
-        spec.train_config()
-        key = f"{spec.model} {spec.resolved_max_len()} {spec.resolved_model_options()!r}"
-        if key not in checked:  # each model once
-            spec.check_model()
+        key = f"{spec.model} {spec.loss} {spec.resolved_max_len()} {spec.resolved_model_options()!r}"
+        if key not in checked:  # each model once; missing data is the runner's check (a dry run lists it)
+            spec.check(data=False)
             checked.add(key)
+        else:
+            spec.train_config()
     return specs
 
 

@@ -961,7 +961,9 @@ def replace_section(text: str, section: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m tutorial_lib.experiments.report", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)   # --results must not silently mean --results-readme
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true",
                       help="rewrite README's results section (between its markers) and the results README")
@@ -972,8 +974,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-readme", default=str(project_root() / "results" / "README.md"),
                         help="the generated file of every table (default: results/README.md)")
     args = parser.parse_args(argv)
-    section = render_section()
     readme, results_readme = Path(args.readme), Path(args.results_readme)
+    if not readme.is_file():
+        parser.error(f"--readme {readme}: no such file (the README whose results section this command writes)")
+    if START not in readme.read_text() or END not in readme.read_text():
+        parser.error(f"--readme {readme} has no {START} ... {END} markers: the results section goes between them")
+    if results_readme.is_dir():
+        parser.error(f"--results-readme {results_readme} is a folder; name the Markdown file to write")
+    section = render_section()
     full = render_results_readme()
     if args.check:
         stale = []

@@ -16,6 +16,7 @@ from ..errors import ConfigError, UnknownNameError
 from ..evaluation import EvalProtocol, Evaluator
 from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
+from ..training.trainer import training_device
 from ..utils.seeding import seed_everything
 from ..models.registry import get_model_entry
 from .artifacts import load_trained, save_trained, trained_model_path
@@ -68,11 +69,17 @@ class ExperimentSpec:
         return int(run.get("max_len", dataset_defaults(self.dataset)["max_len"]))
 
     def resolved_model_options(self) -> dict:
-        """The dataset's dropout, overridden by the method's preset, overridden by ``model_options``."""
+        """The dataset's dropout, overridden by the method's preset, overridden by ``model_options``.
+
+        An option given with the model's own default (``d_model=64``), where no preset sets it, is left out: the
+        run is the same as without it, so it has the same options column and ``run_id``."""
         preset, _ = method_preset(self.model, self.dataset, self.resolved_max_len())
-        opts = {"dropout": dataset_defaults(self.dataset)["dropout"], **preset, **self.model_options}
-        valid = set(get_model_entry(self.model).options())
-        return {k: v for k, v in opts.items() if k in valid or k in self.model_options}
+        base = {"dropout": dataset_defaults(self.dataset)["dropout"], **preset}
+        defaults = get_model_entry(self.model).options()
+        given = {k: v for k, v in self.model_options.items()
+                 if k in base or k not in defaults or not _same_value(v, defaults[k])}
+        opts = {**base, **given}
+        return {k: v for k, v in opts.items() if k in defaults or k in given}
 
     def tag(self) -> str:
         """A file-name-safe identifier of the run (model, dataset, loss, protocol, seed)."""
@@ -112,6 +119,19 @@ class ExperimentSpec:
                            checkpoint=self.checkpoint, time_budget=self.time_budget, deadline=self.deadline,
                            progress=self.progress, verbose=self.verbose)
 
+    def check(self, data: bool = True) -> None:
+        """Everything about the run that can be checked before its data is read: the training settings, the
+        device and its precision, the evaluation protocols, the model's options, and (``data``, unless
+        ``download``) whether the dataset's files are there; each problem raises with what to do about it."""
+        training_device(self.train_config())
+        for protocol in dict.fromkeys((self.protocol, *self.also_protocols)):
+            EvalProtocol(protocol, max_users=self.eval_users, seed=EVAL_SEED)
+        self.check_model()
+        if data and self.dataset != SYNTHETIC and not self.download:
+            from ..data.download import ensure_dataset
+
+            ensure_dataset(self.dataset, self.data_dir, download=False)   # a missing file raises with the remedies
+
     def check_model(self) -> None:
         """Build the model once on a 2-item catalogue, so that impossible model options (a rank above
         ``max_len``, heads that do not divide ``d_model``, ...) raise :class:`ConfigError` before any data is
@@ -127,6 +147,13 @@ class ExperimentSpec:
                "seed": self.seed, "max_len": self.resolved_max_len(), "model_options": self.resolved_model_options(),
                "training": self.training_options()}
         return hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _same_value(given: object, default: object) -> bool:
+    """``64 == 64``, ``0.2 == 0.2``, ``False == False``; but not ``1 == True`` or ``"64" == 64``."""
+    return type(given) is type(default) and given == default or (
+        isinstance(given, (int, float)) and isinstance(default, (int, float))
+        and not isinstance(given, bool) and not isinstance(default, bool) and given == default)
 
 
 def dataset_choices() -> list[str]:

@@ -77,6 +77,13 @@ def build_model(name: str, n_items: int, max_len: int, n_users: int | None = Non
         if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str):
             raise ConfigError(f"option {key!r} of model {entry.name!r} expects a number (default {default!r}), "
                               f"got {value!r}")
+        if isinstance(default, bool) and not isinstance(value, bool):    # 'maybe' or 0 would pass as truthy/falsy
+            raise ConfigError(f"option {key!r} of model {entry.name!r} is true or false (default {default!r}), "
+                              f"got {value!r}: write {key}=true or {key}=false")
+    recipe = {"model": entry.name, "n_items": n_items, "max_len": max_len,
+              "options": dict(sorted({**valid, **options}.items()))}     # every option, defaults included
     if "n_users" in valid and n_users is not None:
         options["n_users"] = n_users
-    return entry.builder(n_items=n_items, max_len=max_len, **options)
+    model = entry.builder(n_items=n_items, max_len=max_len, **options)
+    model.recipe = recipe   # what built it: a checkpoint records it, so a resume with other options is refused
+    return model

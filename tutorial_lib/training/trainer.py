@@ -141,6 +141,9 @@ class TrainConfig:
             raise ConfigError(f"time_budget (seconds of training) must be >= 0, got {self.time_budget}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
+        if not 0 < self.mask_prob < 1:
+            raise ConfigError(f"mask_prob (the share of items a cloze-trained model learns to recover) must be "
+                              f"between 0 and 1, got {self.mask_prob}")
         if self.n_negatives is not None and self.loss == "ce":
             raise ConfigError(NEGATIVES_WITH_FULL_CE)
         if isinstance(self.ce_chunk, numbers.Integral) and not isinstance(self.ce_chunk, bool):
@@ -192,6 +195,25 @@ class TrainResult:
         return self.train_seconds / max(self.epochs_run, 1)
 
 
+def training_device(config: TrainConfig) -> torch.device:
+    """The device ``config`` trains on (:func:`~tutorial_lib.utils.device.resolve_device`), or
+    :class:`ConfigError` when it is not available or its precision cannot run there."""
+    device = resolve_device(config.device)
+    if config.precision == "fp16" and device.type != "cuda":
+        raise ConfigError(f"precision='fp16' is CUDA's mixed precision (autocast with a loss scaler), but training "
+                          f"runs on {device.type}: there fp16 has no loss scaler, so small gradients "
+                          f"underflow to zero, and on a CPU an epoch took about 10x as long as at fp32. Use "
+                          f"precision='bf16' (autocast on CPU or GPU) or 'fp32'")
+    return device
+
+
+def recipe_changes(old: dict, new: dict) -> list[str]:
+    """``["dropout 0.2 -> 0.3", ...]``: how two models' :func:`~tutorial_lib.models.build_model` recipes differ."""
+    flat = [{**{k: v for k, v in r.items() if k != "options"}, **r.get("options", {})} for r in (old, new)]
+    return [f"{k} {flat[0].get(k)!r} -> {flat[1].get(k)!r}" for k in sorted(flat[0].keys() | flat[1].keys())
+            if flat[0].get(k) != flat[1].get(k)]
+
+
 class Trainer:
     """Train a backbone model on a leave-one-out split, selecting the epoch on validation.
 
@@ -205,12 +227,7 @@ class Trainer:
     def __init__(self, model: nn.Module, split: LeaveOneOutSplit, config: TrainConfig | None = None,
                  evaluator: Evaluator | None = None):
         self.config = config or TrainConfig()
-        self.device = resolve_device(self.config.device)
-        if self.config.precision == "fp16" and self.device.type != "cuda":
-            raise ConfigError(f"precision='fp16' is CUDA's mixed precision (autocast with a loss scaler), but training "
-                              f"runs on {self.device.type}: there fp16 has no loss scaler, so small gradients "
-                              f"underflow to zero, and on a CPU an epoch took about 10x as long as at fp32. Use "
-                              f"precision='bf16' (autocast on CPU or GPU) or 'fp32'")
+        self.device = training_device(self.config)
         self.model = model.to(self.device)
         self.split = split
         if hasattr(model, "prepare"):
@@ -346,7 +363,7 @@ class Trainer:
             "device_rng": device_rng_state(self.device),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "best": best, "history": history, "train_seconds": train_seconds,
-            "config": self._config_values(),
+            "config": self._config_values(), "recipe": getattr(self.model, "recipe", None),
         }
 
     def _config_values(self) -> dict:
@@ -386,6 +403,12 @@ class Trainer:
             listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
             raise ConfigError(f"checkpoint {path} was written with other training settings ({listed}); resume "
                               f"with the same settings, or start afresh (another checkpoint file, or no --resume)")
+        saved_recipe, recipe = state.get("recipe"), getattr(self.model, "recipe", None)
+        if saved_recipe is not None and recipe is not None and saved_recipe != recipe:   # both built by build_model
+            diffs = recipe_changes(saved_recipe, recipe)
+            raise ConfigError(f"checkpoint {path} holds another model ({', '.join(diffs)}); resume with the model "
+                              f"and options it was trained with, or start afresh (another checkpoint file, or no "
+                              f"--resume)")
         mine = self.model.state_dict()
         theirs = state["model"]
         if mine.keys() != theirs.keys() or any(mine[k].shape != theirs[k].shape for k in mine):
