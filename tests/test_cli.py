@@ -449,3 +449,11 @@ def test_progress_bars_only_on_a_terminal(monkeypatch, quiet, terminal, bars):
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: terminal, raising=False)
     assert _progress_bars(argparse.Namespace(quiet=quiet)) is bars
+
+
+def test_datasets_says_where_each_missing_file_comes_from(tmp_path, capsys):
+    assert main(["datasets", "--data-dir", str(tmp_path)]) == 0
+    notes = {line.split(":", 1)[0].strip(): line for line in capsys.readouterr().out.splitlines() if "by hand" in line}
+    assert "ml-100k.zip (unzip ml-100k/u.data)" in notes["ml-100k"]
+    assert all(f"{name} from https://" in notes["beauty-locker"] for name in ("train.json", "val.json", "test.json"))
+    assert notes["beauty"].split(": ", 1)[1].startswith("run `python -m tutorial_lib datasets --download beauty`")

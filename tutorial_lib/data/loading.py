@@ -221,6 +221,14 @@ def dataset_status(root: str | os.PathLike | None = None) -> list[DatasetStatusR
     return rows
 
 
+def _first_source(f) -> str:
+    """Where one registered file can be had: its first URL, the archive it is unzipped from, or data/README.md."""
+    if f.archive_member and f.urls:
+        return f"{f.urls[0]} (unzip {f.archive_member})"
+    urls = f.urls + f.mirrors
+    return urls[0] if urls else "see data/README.md"
+
+
 def format_dataset_table(rows: list[DatasetStatusRow]) -> str:
     """Aligned text table of :func:`dataset_status` rows (processed statistics where available)."""
     header = ("dataset", "available", "users", "items", "interactions", "avg len", "min len")
@@ -241,9 +249,10 @@ def format_dataset_table(rows: list[DatasetStatusRow]) -> str:
             if r.error:
                 notes.append(f"{r.name}: cannot be read: {r.error}")
             else:
-                src = r.urls[0] if r.urls else "see data/README.md"
-                notes.append(f"{r.name}: put {', '.join(r.missing)} into {r.folder}/ (from {src}), or run "
-                             f"`python -m tutorial_lib datasets --download {r.name}`")
+                files = {f.filename: f for f in get_spec(r.name).required_files}
+                where = "; ".join(f"{name} from {_first_source(files[name])}" for name in r.missing)
+                notes.append(f"{r.name}: run `python -m tutorial_lib datasets --download {r.name}`, or put "
+                             f"{', '.join(r.missing)} into {r.folder}/ by hand ({where})")
     widths = [max(len(row[j]) for row in (header, *body)) for j in range(len(header))]
 
     def fmt(row: tuple[str, ...]) -> str:
