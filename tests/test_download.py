@@ -285,6 +285,26 @@ def test_ensure_dataset_extracts_archive_member(tmp_path, monkeypatch):
     assert not (folder / "bundle.zip").exists()  # removed once every member is extracted
 
 
+def test_an_archive_put_in_place_by_hand_is_extracted_without_downloading(tmp_path, monkeypatch):
+    """The failed-download message offers "put the archive there": loading then unzips it, offline."""
+    content = b"1\t1\t5\t10\n1\t2\t3\t11\n"
+    folder = tmp_path / "data" / "zipped"
+    folder.mkdir(parents=True)
+    with zipfile.ZipFile(folder / "bundle.zip", "w") as zf:
+        zf.writestr("bundle/u.data", content)
+    unreachable = (tmp_path / "nowhere" / "bundle.zip").as_uri()
+    f = FileSpec("u.data", (unreachable,), hashlib.sha256(content).hexdigest(), archive_member="bundle/u.data",
+                 archive_filename="bundle.zip")
+    titles = FileSpec("u.item", (unreachable,), None, required=False, archive_member="bundle/u.item",
+                      archive_filename="bundle.zip")                 # optional, and not in this copy of the archive
+    _fake(monkeypatch, DatasetSpec("zipped", "Zipped", "zipped", (f, titles), registry.MOVIELENS, "none",
+                                   FileStats(1, 2, 2, 2.0, 2)))
+    from tutorial_lib.data.loading import missing_files
+    assert missing_files("zipped", tmp_path / "data") == ()          # the archive counts as the file
+    assert ensure_dataset("zipped", root=tmp_path / "data") == folder
+    assert (folder / "u.data").read_bytes() == content and (folder / "bundle.zip").exists()   # the archive is kept
+
+
 def test_archive_member_checksum_mismatch(tmp_path, monkeypatch):
     archive = tmp_path / "pub" / "bundle.zip"
     archive.parent.mkdir()

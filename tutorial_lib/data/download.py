@@ -187,6 +187,36 @@ def extract_member(
     return dest
 
 
+def _holds(archive: Path, member: str) -> bool:
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            return member in zf.namelist()
+    except zipfile.BadZipFile:
+        return False
+
+
+def archive_path(f: FileSpec, folder: Path) -> Path | None:
+    """Where the archive that holds ``f`` goes in the dataset's folder (``None`` for a file without one)."""
+    if not (f.archive_member and f.urls):
+        return None
+    return Path(folder) / (f.archive_filename or Path(f.urls[0]).name)
+
+
+def extract_placed_archives(folder: Path, missing: Sequence[FileSpec]) -> bool:
+    """Extract (and verify) the missing files whose archive was put in ``folder`` by hand, as the download
+    instructions allow; the archive is kept. Whether anything was extracted."""
+    done = False
+    for f in missing:
+        archive = archive_path(f, folder)
+        if archive is not None and archive.is_file():
+            if not f.required and not _holds(archive, f.archive_member):
+                continue                # an optional file (titles) the archive at hand lacks: skipped
+            _log(f"extracting {f.archive_member} from {archive}")
+            extract_member(archive, f.archive_member, folder / f.filename, f.sha256, f.size)
+            done = True
+    return done
+
+
 def _sources(f: FileSpec) -> list[str]:
     lines = [f"member {f.archive_member} of {u} (unzip it)" if f.archive_member else u for u in f.urls]
     return lines + list(f.mirrors)
@@ -281,6 +311,8 @@ def ensure_dataset(
     spec = get_spec(name)
     folder = dataset_folder(spec, root)
     missing = [f for f in spec.files if not (folder / f.filename).is_file()]
+    if any(f.required for f in missing) and extract_placed_archives(folder, missing):
+        missing = [f for f in spec.files if not (folder / f.filename).is_file()]
     missing_required = [f for f in missing if f.required]
     if not download:
         if missing_required:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tutorial_lib.data.dataset import DatasetStats, SequenceDataset
-from tutorial_lib.data.download import ensure_dataset, sha256_of
+from tutorial_lib.data.download import archive_path, ensure_dataset, sha256_of
 from tutorial_lib.data.paths import dataset_folder
 from tutorial_lib.data.preprocess import (
     chronological_order,
@@ -192,11 +192,16 @@ class DatasetStatusRow:
 
 
 def missing_files(name: str, root: str | os.PathLike | None = None) -> tuple[str, ...]:
-    """The dataset's required files that are not in its folder of the data directory (empty when it can be
-    loaded without downloading; their contents are checked when it is loaded, not here)."""
+    """The dataset's required files that are not in its folder of the data directory, nor in an archive put there
+    (empty when it can be loaded without downloading; contents are checked when it is loaded, not here)."""
     spec = get_spec(name)
     folder = dataset_folder(spec, root)
-    return tuple(f.filename for f in spec.required_files if not (folder / f.filename).is_file())
+
+    def there(f) -> bool:
+        archive = archive_path(f, folder)
+        return (folder / f.filename).is_file() or (archive is not None and archive.is_file())
+
+    return tuple(f.filename for f in spec.required_files if not there(f))
 
 
 def dataset_status(root: str | os.PathLike | None = None) -> list[DatasetStatusRow]:
