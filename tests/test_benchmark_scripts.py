@@ -217,3 +217,19 @@ def test_cooccurrence_shift_reports_both_counts_for_every_input(tmp_path):
     assert rows[("test input", "plain")][4] == rows[("test input", "leave_user_out")][4]   # newest: never own
     with pytest.raises(SystemExit):
         script.main(["--dataset", "synthetic", "--max-len", "1"])
+
+
+def test_lightsans_carry_ranks_one_trained_model_with_both_carries(tmp_path, monkeypatch):
+    from tutorial_lib.attention import low_rank
+    from tutorial_lib.data import make_synthetic
+
+    data = make_synthetic(n_users=60, n_items=150, min_len=30, max_len=60, seed=0)  # windows of two blocks
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", lambda seed=0: data)
+    script = load_script("lightsans_carry")
+    out = tmp_path / "carry.md"
+    assert script.main(["--dataset", "synthetic", "--loss", "ce", "--no-bucketing", "--epochs", "1", "--carry", "old",
+                        "--out", str(out)]) == 0
+    table = out.read_text()
+    assert "trained with the **old** carry" in table and "| fixed carry |" in table and "| old carry |" in table
+    assert "Largest difference" in table and "commit:" in table
+    assert low_rank.exclusive_cumsum is script.FIXED                   # the library's carry is restored

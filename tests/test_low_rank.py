@@ -71,8 +71,51 @@ def test_aggregation_is_causal_even_with_extreme_logits():
     logits2 = logits.clone()
     logits2[0, -1] = 1e6                                                # the last item dominates every interest
     after, _ = causal_interest_aggregation(x, soft_cap(logits2), valid)
-    torch.testing.assert_close(after[:, :-1], before[:, :-1], atol=1e-5, rtol=1e-4)
+    assert torch.equal(after[:, :-1], before[:, :-1])    # exactly: no shift taken over the window (rounding)
     assert torch.isfinite(after).all()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 4, 8])
+def test_chunks_stay_exact_when_one_block_dwarfs_the_earlier_ones(chunk):
+    """Interest logits that differ by tens (weights e^-40 against 1): the earlier blocks' sums must survive
+    in float32. Carried as ``cumsum - own block`` they cancelled, and the output was off by up to 4."""
+    from tutorial_lib.attention.low_rank import chunked_low_rank_attention
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 1, 8, D)
+    k[:, 6:] *= 5.0
+    v[:, 6:] *= 5.0
+    theta = torch.randn(K, D)
+    valid = torch.ones(1, 8, dtype=torch.bool)
+    logits_k, logits_v = soft_cap(k @ theta.t()), soft_cap(v @ theta.t())
+    assert logits_k.amax() - logits_k.amin() > 40                      # the regime the old carry failed in
+    out, _ = chunked_low_rank_attention(q, k, v, logits_k, logits_v, valid, H, chunk)
+    dh = D // H
+    for t in range(8):                                                   # Eq. 3 per prefix, in float64
+        k_t = torch.softmax(logits_k[0, : t + 1].double(), 0).t() @ k[0, : t + 1].double()      # (K, D)
+        v_t = torch.softmax(logits_v[0, : t + 1].double(), 0).t() @ v[0, : t + 1].double()
+        for h in range(H):
+            cols = slice(h * dh, (h + 1) * dh)
+            a = torch.softmax(q[0, t, cols].double() @ k_t[:, cols].t() / math.sqrt(dh), 0)
+            torch.testing.assert_close(out[0, h, t].double(), a @ v_t[:, cols], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 32])
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_the_training_path_is_exactly_causal(chunk, decoupled):
+    """Scaling the later items' states leaves every earlier output bit for bit the same; a normaliser shifted
+    by a maximum over the window used to move them by about 1e-5."""
+    torch.manual_seed(3)
+    att = LowRankAttention(D, H, K, position_table=nn.Embedding(L, D) if decoupled else None, chunk=chunk).eval()
+    ids = _ids(padded=True)
+    ctx = SequenceContext.from_item_ids(ids, max_len=L)
+    x = torch.randn(B, L, D)
+    before, _ = att(x, ctx)
+    x2 = x.clone()
+    x2[:, 6:] *= 5.0                                                    # later items, with far larger logits
+    after, _ = att(x2, ctx)
+    assert torch.equal(after[:, :6], before[:, :6])
+    assert not torch.equal(after[:, 6:], before[:, 6:])
 
 
 def _reference_layer(att: LowRankAttention, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

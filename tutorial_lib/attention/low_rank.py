@@ -22,8 +22,9 @@ with ``e_{j\\kappa} = \\exp(a_{j\\kappa})`` and prefix sums over ``j``,
 which costs ``O(L k d)`` memory and time: linear in the length ``L`` (SASRec's attention is
 ``O(L^2 H)``). Padding items get ``e = 0``. Both interest logits and position logits are soft-capped
 to ``±30`` (``30 tanh(x/30)``, within 1 % of the identity for ``|x| < 5``), so every exponential,
-shifted by its row maximum, stays inside float32's range: the prefix sums are then exact and no
-position ever depends on a later one, whatever the values.
+shifted by the constant cap (``exp(a - 30)`` lies in ``[e^-60, 1]``), stays inside float32's range. The
+shift is a constant, not a maximum over the window: a maximum would let later items move earlier positions'
+outputs through float rounding. So no position ever depends on a later one, whatever the values.
 
 **Released-code compatibility** (``compat=True``, docs/methods.md §3.2): interest logits ``K Θ`` with
 ``Θ ~ N(0, 1)``, aggregation over the *whole* window without masks, item attention normalised over
@@ -66,8 +67,7 @@ def causal_interest_aggregation(x: torch.Tensor, logits: torch.Tensor, valid: to
         ``(B, L, k, d)`` interests seen from each position ``t`` (aggregated over ``j <= t``;
         all-zero before the first real item), and optionally the weights.
     """
-    shift = logits.masked_fill(~valid[..., None], -LOGIT_CAP).amax(dim=1, keepdim=True)  # (B, 1, k)
-    e = torch.exp(logits - shift) * valid[..., None].to(logits.dtype)                        # (B, L, k)
+    e = torch.exp(logits - LOGIT_CAP) * valid[..., None].to(logits.dtype)  # (B, L, k); a constant shift: causal
     numerator = torch.cumsum(e[..., None] * x[:, :, None, :], dim=1)                          # (B, L, k, d)
     denominator = torch.cumsum(e, dim=1)                                                      # (B, L, k)
     interests = numerator / denominator.clamp_min(1e-30)[..., None]
@@ -77,6 +77,14 @@ def causal_interest_aggregation(x: torch.Tensor, logits: torch.Tensor, valid: to
         causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
         weights = e[:, None, :, :] * causal[None, :, :, None] / denominator.clamp_min(1e-30)[:, :, None, :]
     return interests, weights
+
+
+def exclusive_cumsum(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    """Sums of the blocks *before* each block along ``dim`` (zero for the first). Not ``cumsum(x) - x``: when a
+    block's own sum dwarfs the earlier ones (interest weights span up to e^60), that subtraction cancels them
+    in float32, and the block's later positions would move its earlier ones' outputs."""
+    shifted = torch.cumsum(x, dim).narrow(dim, 0, x.shape[dim] - 1)
+    return torch.cat([torch.zeros_like(x.narrow(dim, 0, 1)), shifted], dim)
 
 
 def chunked_low_rank_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, logits_k: torch.Tensor,
@@ -108,18 +116,16 @@ def chunked_low_rank_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         return t.reshape(B, n_chunks, c, *t.shape[2:])
 
     real = valid[..., None].to(q.dtype)
-    weights_k = torch.exp(logits_k - logits_k.masked_fill(~valid[..., None], -LOGIT_CAP).amax(1, keepdim=True)) * real
-    weights_v = torch.exp(logits_v - logits_v.masked_fill(~valid[..., None], -LOGIT_CAP).amax(1, keepdim=True)) * real
+    weights_k = torch.exp(logits_k - LOGIT_CAP) * real    # shifted by the constant cap, not a window maximum:
+    weights_v = torch.exp(logits_v - LOGIT_CAP) * real    # no later item can move an earlier output
     qb, kb, vb = blocks(q).view(B, n_chunks, c, H, dh), blocks(k), blocks(v)
     ek, ev = blocks(weights_k), blocks(weights_v)                                          # (B, C, c, k)
     tri = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()                      # j <= t in a block
 
     def prefix(e: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """States of the earlier blocks: Σ e x ``(B, C, k, H, dh)`` and Σ e ``(B, C, 1, k)`` up to each block."""
-        state = torch.einsum("bCjk,bCjd->bCkd", e, x)
-        state = (torch.cumsum(state, 1) - state).view(B, n_chunks, kk, H, dh)
-        norm = e.sum(2)
-        norm = torch.cumsum(norm, 1) - norm
+        state = exclusive_cumsum(torch.einsum("bCjk,bCjd->bCkd", e, x)).view(B, n_chunks, kk, H, dh)
+        norm = exclusive_cumsum(e.sum(2))
         return state, (norm[:, :, None] + torch.cumsum(e, 2))                              # Z at every position
 
     state_k, z_k = prefix(ek, kb)

@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from tutorial_lib.data.paths import ENV_VAR, dataset_folder
+from tutorial_lib.data.paths import ENV_VAR, dataset_folder, default_cache_dir
 from tutorial_lib.data.registry import DatasetSpec, FileSpec, get_spec
 from tutorial_lib.errors import ChecksumError, DatasetUnavailableError
 
@@ -232,7 +232,7 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
     if root.name == spec.folder:
         lines[0] += (f"\n  (the data directory {root} looks like the dataset's own folder: name the folder that holds "
                      f"'{spec.folder}/', i.e. {root.parent})")
-    elif not root.is_dir():
+    elif not root.is_dir() and root != default_cache_dir():     # a folder the user named, not the default cache
         lines[0] += f"\n  (the data directory {root} does not exist: is the path, or {ENV_VAR}, spelt right?)"
     for f in missing:
         lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
