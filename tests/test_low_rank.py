@@ -249,3 +249,29 @@ def test_parameter_counts_follow_the_design():
     dec = count(build_model("lightsans", n_items, n, d_model=d, n_layers=layers, k_interests=k))
     assert ape - sasrec == layers * 2 * k * d
     assert dec - ape == layers * (2 * (d * d + d) + 2 * d)   # the position table replaces SASRec's, same size
+
+
+@pytest.mark.parametrize("compat", [False, True])
+def test_decoupled_position_attention_is_the_formula_written_out(compat):
+    """softmax(LN(P) U_Q (LN(P) U_K)^T * scale) V, with the scale 1/sqrt(d_h), or the released 1/(sqrt(2) d_h)
+    normalised over dim -2 without masks; causal and restricted to real items otherwise."""
+    torch.manual_seed(4)
+    table = nn.Embedding(L, D)
+    pos = DecoupledPositionAttention(table, D, H, compat=compat)
+    ids = _ids(padded=True)
+    ctx = SequenceContext.from_item_ids(ids, max_len=L, causal=not compat)
+    v = torch.randn(B, H, L, D // H)
+    dh = D // H
+    p = torch.nn.functional.layer_norm(table.weight[ctx.positions], (D,), pos.norm.weight, pos.norm.bias)
+    q = (p @ pos.u_q.weight.t() + pos.u_q.bias).view(L, H, dh).transpose(0, 1)
+    k = (p @ pos.u_k.weight.t() + pos.u_k.bias).view(L, H, dh).transpose(0, 1)
+    logits = q @ k.transpose(-2, -1) / (math.sqrt(2.0) * dh if compat else math.sqrt(dh))
+    assert logits.abs().max() < 5                                        # the soft cap is the identity here
+    if compat:
+        expected = torch.softmax(logits, dim=-2) @ v
+    else:
+        allowed = torch.ones(L, L, dtype=torch.bool).tril()[None, None] & ids.ne(0)[:, None, None, :]
+        expected = torch.softmax(logits[None].masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num() @ v
+    got = pos(v, ctx)
+    rows = ids.ne(0)[:, None, :, None].expand_as(got) if not compat else torch.ones_like(got, dtype=torch.bool)
+    torch.testing.assert_close(got[rows], expected[rows], atol=2e-3, rtol=2e-3)

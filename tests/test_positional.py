@@ -95,9 +95,18 @@ def test_exponential_pattern_puts_most_weight_on_recent_items():
 
 
 def test_factorised_pattern_has_rank_at_most_k():
+    """The module's own logits (not a product rebuilt here): rank k up to the soft cap, which bends them only
+    beyond |x| ~ 5, and the full pattern is not low-rank."""
     att = PositionalAttention(D, 1, 30, "factorized", rank=3)
-    logits = att.f1 @ att.f2.transpose(-2, -1)
-    assert torch.linalg.matrix_rank(logits[0]) <= 3
+    with torch.no_grad():
+        att.f1.normal_()
+        att.f2.normal_()
+    singular = torch.linalg.svdvals(att.pattern_logits()[0].double())
+    assert att.pattern_logits().abs().max() < 5 and singular[3] < 1e-3 * singular[0]
+    full = PositionalAttention(D, 1, 30, "full")
+    with torch.no_grad():
+        full.w_pos.normal_()
+    assert torch.linalg.matrix_rank(full.pattern_logits()[0]) > 3
     with pytest.raises(ConfigError, match="rank"):
         PositionalAttention(D, 1, 30, "factorized", rank=31)
 

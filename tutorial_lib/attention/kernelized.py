@@ -31,8 +31,8 @@ every position: every query row gets them (the default, above), or only the last
 Causality: ``Ξ, Ω, α`` of row ``t`` use keys ``<= t``; the Cholesky factor's row ``j`` depends on
 ``ψ[:j+1, :j+1]`` only, so the noise of keys ``<= t`` depends on items ``<= t`` only.
 
-**Listwise co-occurrence loss** (A8): for every real row ``t`` with at least two earlier real keys that
-co-occur with it, ListNet top-1 between ``q_t = softmax_j(log(1 + C[t, j]))`` and
+**Listwise co-occurrence loss** (A8): for every real row ``t`` with at least two earlier real keys, at least
+one of which co-occurs with it (``Σ_j C[t, j] > 0``), ListNet top-1 between ``q_t = softmax_j(log(1 + C[t, j]))`` and
 ``p_t = softmax_j(ψ[t, j] / τ)`` over the earlier keys ``j < t``, ``τ = 0.1``; averaged over rows,
 multiplied by ``λ_r`` and exposed as ``aux_loss`` (the backbone sums it over layers).
 

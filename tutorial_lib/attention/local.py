@@ -5,7 +5,9 @@ The ``M`` heads are split into ``M_l`` local and ``M_g = M - M_l`` global ones (
     V_i = [V_i^(1,local); ...; V_i^(M_l,local); V_i^(1,global); ...; V_i^(M_g,global)] W_O
 
 Global heads are scaled dot-product attention. Local heads use one of five encoders on their own
-``d/M``-dimensional slices of ``Q, K, V``, each looking at most ``s`` items away (``window = s``):
+``d/M``-dimensional slices of ``Q, K, V``. ``rnn``, ``conv`` and ``win`` look at most ``s`` items away
+(``window = s``); ``initial`` and ``adapt`` see every position and favour the near ones through a bias
+(``window`` does not change them):
 
 * ``rnn`` (Eq. 3): a GRU run over the last ``s + 1`` values ``V_{i-s} .. V_i`` (looking back); its
   final state is the output. One GRU per local head.
@@ -29,7 +31,9 @@ On a causal backbone every local encoder is one-sided (no future position reache
 **Released-code compatibility** (``compat=True``, docs/methods.md §5.1): ``initial`` multiplies the logits by
 ``sigmoid(p / 0.1)`` with the Gaussian centred one step ahead; ``adapt`` uses a linear predictor;
 ``rnn`` looks *forward* (``V_i .. V_{i+s}``, so it needs the bidirectional backbone); for ``initial``
-and ``adapt`` the positions go to the *local* heads' queries and keys and the global heads get none.
+and ``adapt`` the positions go to the *local* heads' queries and keys and the global heads get none. One
+approximation remains there: the released code adds per-layer tables ``P^q, P^k`` *after* the projections, while
+this module adds the model's one ``d``-wide position table before each layer's ``W_Q, W_K``.
 """
 from __future__ import annotations
 

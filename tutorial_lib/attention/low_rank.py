@@ -12,6 +12,9 @@ from the position table alone (shared by the whole batch) and added to the item 
 
 .. math:: \\tilde S = \\tilde A_{item} f(V) + \\mathrm{softmax}\\Big(\\frac{P U_Q (P U_K)^\\top}{\\sqrt{d/h}}\\Big) V.
 
+(The paper writes ``P U_Q``; like the released code, ``P`` is layer-normalised first and ``U_Q, U_K`` have
+biases: ``LN(P) U_Q + b``.)
+
 **Causal aggregation.** The paper aggregates the whole sequence, which is fine for RecBole's
 training (one prefix per sample, loss at its last position) but leaks the future when every position
 is trained at once. Here the interests seen by position ``t`` are aggregated from items ``1..t`` only:

@@ -7,7 +7,9 @@ The attention weights depend on positions only, not on the items:
     \\mathrm{PA}(H) = \\mathrm{softmax}\\Big(\\mathrm{causal}\\Big(\\frac{W_{pos}}{\\sqrt{d/h}}\\Big)\\Big) V
 
 with a learnable ``n x n`` matrix ``W_pos`` per layer and head (PARec), or its rank-``k`` factorisation
-``W_pos = F_1 F_2^T`` with ``F_1, F_2 in R^{n x k}`` (FPARec). ``n`` is the model's ``max_len`` and
+``W_pos = F_1 F_2^T`` with ``F_1, F_2 in R^{n x k}`` (FPARec). The scaled logits are soft-capped to ``±30``
+(``30 tanh(x/30)``, the identity within 1 % for ``|x| < 5``) before the softmax, as in the low-rank module: the
+pattern's normaliser is shared by the batch and needs bounded exponentials. ``n`` is the model's ``max_len`` and
 positions are absolute with left padding, so the most recent item always reads row ``n - 1``. (The
 paper's equations were lost in the text extraction; this follows docs/methods.md §4, reconstructed from
 the authors' code: the ``1/sqrt(d/h)`` scale, truncated-normal initialisation with std 0.01 for

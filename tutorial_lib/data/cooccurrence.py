@@ -100,16 +100,28 @@ class CooccurrenceTable:
             return self.matrix.numel() * 4
         return self.keys.numel() * 8 + self.values.numel() * 4
 
+    def _on(self, name: str, device: torch.device) -> torch.Tensor:
+        """The table ``name`` on ``device``, copied there once: a GPU would otherwise receive the whole table
+        (47 MB for ML-1M's dense counts) with every batch."""
+        table = getattr(self, name)
+        if table.device == device:
+            return table
+        copies = self.__dict__.setdefault("_device_copies", {})
+        key = (name, str(device))
+        if key not in copies:
+            copies[key] = table.to(device)
+        return copies[key]
+
     def pair_counts(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``P_ab`` for item id tensors ``a`` and ``b`` of the same shape (0 where either is padding)."""
         if self.dense:
-            m = self.matrix.to(a.device)
+            m = self._on("matrix", a.device)
             out = m[a, b]
         else:
-            keys = self.keys.to(a.device)
+            keys = self._on("keys", a.device)
             q = a * (self.n_items + 1) + b
             pos = torch.searchsorted(keys, q.reshape(-1)).clamp_(max=len(keys) - 1).view_as(q)
-            out = torch.where(keys[pos] == q, self.values.to(a.device)[pos], torch.zeros((), device=a.device))
+            out = torch.where(keys[pos] == q, self._on("values", a.device)[pos], torch.zeros((), device=a.device))
         return out * (a > 0) * (b > 0)
 
     def block(self, item_ids: torch.Tensor) -> torch.Tensor:
@@ -126,4 +138,4 @@ class CooccurrenceTable:
 
     def item_counts(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``P_i`` for every entry of ``item_ids`` (0 for padding)."""
-        return self.counts.to(item_ids.device)[item_ids] * (item_ids > 0)
+        return self._on("counts", item_ids.device)[item_ids] * (item_ids > 0)
