@@ -113,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batch users of similar length and trim padding (faster, learns slower per epoch on ML-1M)")
     g.add_argument("--weighting", default="target", choices=["target", "batch"],
                    help="every target weighs the same (default), or every batch's mean loss")
-    g.add_argument("--time-budget", type=float, default=None, help="stop training after this many seconds")
+    g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop at the end of the epoch that reaches this many seconds of training (at least one "
+                        "epoch; the run then counts as finished and gets its row)")
     _add_model_options(tr.add_argument_group("model"), benchmark=False)
     g = tr.add_argument_group("evaluation")
     _add_protocol_option(g)
