@@ -211,8 +211,9 @@ def test_models_command(capsys):
 
 
 def _subcommand_parsers() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    from tutorial_lib.cli import subcommand_parsers
+
+    return subcommand_parsers(build_parser())
 
 
 @pytest.mark.parametrize("command", ["datasets", "train", "benchmark"])

@@ -89,14 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
                                      allow_abbrev=False)   # --result must not silently mean --results
     sub = parser.add_subparsers(dest="command", required=True)
 
-    ds = sub.add_parser("datasets", allow_abbrev=False, help="list every dataset, whether it is available, and its statistics")
+    ds = sub.add_parser("datasets", allow_abbrev=False,
+                        help="list every dataset, whether it is available, and its statistics")
     ds.add_argument("--data-dir", help=DATA_DIR_HELP)
     ds.add_argument("--download", nargs="+", metavar="NAME", help="download these datasets (sha256-verified)")
 
     sub.add_parser("models", allow_abbrev=False, help="list the registered models and their options")
 
-    tr = sub.add_parser("train", allow_abbrev=False, help="train one model on one dataset and append a row to results/runs.csv",
-                        epilog=EPILOG)
+    tr = sub.add_parser("train", allow_abbrev=False, epilog=EPILOG,
+                        help="train one model on one dataset and append a row to results/runs.csv")
     g = tr.add_argument_group("what to train")
     g.add_argument("--model", default="sasrec", help="registered model name (see `models`; default sasrec)")
     g.add_argument("--dataset", default="synthetic", help="registered dataset name or 'synthetic' (default)")
@@ -136,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--quiet", action="store_true",
                    help="no progress bars (they are off anyway when the output goes to a file or a pipe)")
 
-    bm = sub.add_parser("benchmark", allow_abbrev=False, help="run every method on every dataset (resumable), one row per finished run")
+    bm = sub.add_parser("benchmark", allow_abbrev=False,
+                        help="run every method on every dataset (resumable), one row per finished run")
     g = bm.add_argument_group("the plan: every model x dataset x seed")
     g.add_argument("--models", nargs="+", default=["all"],
                    help="'all' (the complete benchmark; the default) or model names, optionally with a loss: "

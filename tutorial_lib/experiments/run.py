@@ -151,9 +151,8 @@ class ExperimentSpec:
 
 def _same_value(given: object, default: object) -> bool:
     """``64 == 64``, ``0.2 == 0.2``, ``False == False``; but not ``1 == True`` or ``"64" == 64``."""
-    return type(given) is type(default) and given == default or (
-        isinstance(given, (int, float)) and isinstance(default, (int, float))
-        and not isinstance(given, bool) and not isinstance(default, bool) and given == default)
+    numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (given, default))
+    return (type(given) is type(default) or numbers) and given == default
 
 
 def dataset_choices() -> list[str]:

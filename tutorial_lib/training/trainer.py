@@ -244,11 +244,12 @@ class Trainer:
             warnings.warn("bucketing trims batches to their longest window, but this model pads every input back "
                           "to max_len (the released LightSANs attention, compat=True): it costs nothing and saves "
                           "nothing here; leave bucketing off", stacklevel=2)
-        if model.max_len >= max(2 * self.longest_input(), 16):     # more padding than items, for every user
-            warnings.warn(f"max_len={model.max_len}, but the longest input here has {self.longest_input()} items: "
-                          f"every evaluation batch (and every training batch without bucketing) is padded to "
-                          f"{model.max_len} positions. max_len={self.longest_input()} sees every item at a fraction "
-                          f"of the cost", stacklevel=2)
+        longest = self.longest_input()
+        if model.max_len >= max(2 * longest, 16):     # more padding than items, for every user
+            warnings.warn(f"max_len={model.max_len}, but the longest input here has {longest} items: every "
+                          f"evaluation batch (and every training batch without bucketing) is padded to "
+                          f"{model.max_len} positions. max_len={longest} sees every item at a fraction of the cost",
+                          stacklevel=2)
         if self.config.loss != "ce" and self.config.negatives >= split.n_items:
             warnings.warn(f"{self.config.negatives} negatives on a catalogue of {split.n_items} items: drawing at "
                           f"least as many negatives as there are items costs more than full cross-entropy "
