@@ -193,7 +193,7 @@ def _model_options(args: argparse.Namespace) -> dict:
 def check_output_paths(checkpoint: Path, models: Path, results: Path | None) -> None:
     """Create the folders a run writes to, or :class:`ConfigError` naming the path that cannot be one (a file where
     a folder must go, a folder where the results file must go), before anything trains."""
-    from .experiments.results import curve_path
+    from .experiments.results import curves_folder
 
     if checkpoint.is_dir():
         raise ConfigError(f"--checkpoint {checkpoint} is a folder; name the checkpoint file (or use --runs-dir)")
@@ -201,7 +201,7 @@ def check_output_paths(checkpoint: Path, models: Path, results: Path | None) -> 
         raise ConfigError(f"--results {results} is a folder; name the CSV file the rows go to")
     folders = [checkpoint.parent, models]
     if results is not None:
-        folders += [results.parent, curve_path(results, "x", "x").parent]
+        folders += [results.parent, curves_folder(results)]
     for folder in folders:
         try:
             folder.mkdir(parents=True, exist_ok=True)

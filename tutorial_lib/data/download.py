@@ -217,7 +217,8 @@ def extract_placed_archives(folder: Path, missing: Sequence[FileSpec]) -> bool:
     return done
 
 
-def _sources(f: FileSpec) -> list[str]:
+def file_sources(f: FileSpec) -> list[str]:
+    """Where a registered file can be had: its URLs (an archive's as 'member M of URL (unzip it)'), then mirrors."""
     lines = [f"member {f.archive_member} of {u} (unzip it)" if f.archive_member else u for u in f.urls]
     return lines + list(f.mirrors)
 
@@ -239,7 +240,7 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
         lines.append(f"      sha256: {f.sha256 or 'unknown (' + f.note + ')'}")
         if f.git_blob:
             lines.append(f"      git blob id: {f.git_blob} (`git hash-object {f.filename}` prints it)")
-        srcs = _sources(f)
+        srcs = file_sources(f)
         lines += [f"      from:   {s}" for s in srcs] or ["      from:   (no public URL; see data/README.md)"]
     lines += [
         "To make it available, do one of:",
@@ -259,7 +260,7 @@ def fetch_file(f: FileSpec, folder: str | os.PathLike, timeout: float = DEFAULT_
     folder = Path(folder)
     dest = folder / f.filename
     if f.archive_member:
-        archive = folder / (f.archive_filename or Path(f.urls[0]).name)
+        archive = archive_path(f, folder)
         try:
             if not archive.is_file():
                 _log(f"downloading {f.urls[0]} -> {archive}")
@@ -341,7 +342,7 @@ def ensure_dataset(
             warnings.warn(f"optional file {f.filename} of {spec.name!r} was not stored: {exc}", stacklevel=2)
             continue
         if f.archive_member:
-            archives.add(folder / (f.archive_filename or Path(f.urls[0]).name))
+            archives.add(archive_path(f, folder))
         if f.required and f.sha256 is None and spec.verify_by_stats and f is spec.main_file:
             try:
                 verify_statistics(spec, folder)

@@ -194,6 +194,11 @@ def missing_data(specs: Sequence[ExperimentSpec]) -> dict[str, tuple[str, ...]]:
     return out
 
 
+def datasets_without_data(statuses: Sequence[RunStatus]) -> list[str]:
+    """The datasets of the runs marked "no data", in plan order."""
+    return list(dict.fromkeys(st.spec.dataset for st in statuses if st.state == "no data"))
+
+
 def no_data_advice(datasets: Sequence[str], data_dir: str | None = None) -> str:
     """How to get the datasets a plan lacks into its data directory (``data_dir``: the specs' override)."""
     from ..data.paths import data_dir as resolve
@@ -266,7 +271,7 @@ def summary(statuses: Sequence[RunStatus]) -> str:
                  + (f", {counts['no data']} without their data" if counts["no data"] else "")
                  + f"; {spent / 60:.1f} min of training in the finished runs"
                  + (f", {partial / 60:.1f} in the partial ones" if partial else ""))
-    absent = list(dict.fromkeys(st.spec.dataset for st in statuses if st.state == "no data"))
+    absent = datasets_without_data(statuses)
     if absent:
         lines.append(f"no data for {', '.join(absent)}: {no_data_advice(absent, statuses[0].spec.data_dir)}")
     return "\n".join(lines)
@@ -306,8 +311,7 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
                           f"got {time_budget}")
     results = Path(results) if results is not None else default_results_path()
     checkpoints = Path(checkpoints) if checkpoints is not None else project_root() / "runs" / "benchmark"
-    absent = list(dict.fromkeys(st.spec.dataset for st in status(specs, results, checkpoints, progress=False)
-                                if st.state == "no data"))
+    absent = datasets_without_data(status(specs, results, checkpoints, progress=False))
     if absent:     # found now, not hours into the plan
         raise DatasetUnavailableError(f"the plan has unfinished runs on dataset(s) whose files are missing: "
                                       f"{', '.join(absent)}. Nothing was trained. "

@@ -156,9 +156,14 @@ def _migrate(text: str) -> str:
     return buf.getvalue()
 
 
+def curves_folder(results: str | Path) -> Path:
+    """``<results dir>/curves``: the per-epoch curves of a results file's runs."""
+    return Path(results).parent / "curves"
+
+
 def curve_path(results: str | Path, tag: str, run_id: str) -> Path:
     """Where the per-epoch curve of a run is stored: ``<results dir>/curves/<tag>_<run_id>.csv``."""
-    return Path(results).parent / "curves" / f"{tag}_{run_id}.csv"
+    return curves_folder(results) / f"{tag}_{run_id}.csv"
 
 
 def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
@@ -224,7 +229,7 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "git_commit", "process_commit",
+__all__ = ["RUN_COLUMNS", "append_run", "read_runs", "write_curve", "curve_path", "curves_folder", "git_commit", "process_commit",
            "hardware_description",
            "provenance_lines", "publish_table", "library_elsewhere",
            "default_results_path", "now_iso", "project_root"]

@@ -244,7 +244,9 @@ class Trainer:
             warnings.warn("bucketing trims batches to their longest window, but this model pads every input back "
                           "to max_len (the released LightSANs attention, compat=True): it costs nothing and saves "
                           "nothing here; leave bucketing off", stacklevel=2)
-        longest = self.longest_input()
+        #: items in the longest input a user can have: training history plus the validation item (test input)
+        self.longest_input = max((len(h) for h in split.train), default=0) + 1
+        longest = self.longest_input
         if model.max_len >= max(2 * longest, 16):     # more padding than items, for every user
             warnings.warn(f"max_len={model.max_len}, but the longest input here has {longest} items: every "
                           f"evaluation batch (and every training batch without bucketing) is padded to "
@@ -431,12 +433,8 @@ class Trainer:
         return (f"A training batch holds {cfg.batch_size} windows of up to {self.model.max_len} items, and the "
                 f"attention of each block keeps batch_size x heads x max_len^2 scores; validation ranks all "
                 f"{self.split.n_items} items for each user of a batch. Lower batch_size or max_len (the command "
-                f"line's --batch-size, --max-len): the longest input here has {self.longest_input()} items"
+                f"line's --batch-size, --max-len): the longest input here has {self.longest_input} items"
                 + ("" if cfg.bucketing else ", and bucketing trims each batch to its longest window") + ".")
-
-    def longest_input(self) -> int:
-        """Items in the longest input a user can have: training history plus the validation item (test input)."""
-        return max((len(h) for h in self.split.train), default=0) + 1
 
     def _fit(self) -> TrainResult:
         cfg = self.config
