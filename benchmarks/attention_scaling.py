@@ -39,7 +39,8 @@ DEFAULT_LENGTHS = (50, 100, 200, 400, 800, 1600, 2048)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
     parser.add_argument("--lengths", nargs="*", type=int, default=list(DEFAULT_LENGTHS))
     parser.add_argument("--batch", type=int, default=16)

@@ -55,7 +55,8 @@ def user_level_change(ranks: torch.Tensor, base_ranks: torch.Tensor, metric: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--trained", action="append", required=True, metavar="PATH",
                         help="a model kept by a finished run (runs/models/*.pt); the first is the baseline; "
                              "repeat for each model")

@@ -72,7 +72,8 @@ def shift_statistics(split: LeaveOneOutSplit, provider: CooccurrenceProvider, wh
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--dataset", default="video", help="registered dataset (falls back to synthetic)")
     parser.add_argument("--max-len", type=int, default=50, help="input window (RKSA: the latest 50 items)")
     parser.add_argument("--users", type=int, default=None, help="a random subset of this many users (default all)")

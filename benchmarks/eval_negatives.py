@@ -87,7 +87,8 @@ def table_lines(title: str, rows: list[tuple[str, str, dict[str, float]]], draws
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--trained", action="append", default=None, metavar="PATH",
                         help="a model kept by a finished run (runs/models/*.pt); repeatable")
     parser.add_argument("--draws", type=int, default=5, help="draws of the negatives per rule (default 5)")

@@ -122,7 +122,8 @@ def render(rows: list[dict], mode: str, folder: Path, commit: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("names", nargs="*", metavar="NOTEBOOK", help="only these notebooks (default: all)")
     parser.add_argument("--mode", choices=MODES, default="small", help="COURSE_MODE (default: small)")
     parser.add_argument("--folder", type=Path, default=ROOT / "solutions",

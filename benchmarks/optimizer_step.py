@@ -46,7 +46,8 @@ def time_steps(model: torch.nn.Module, implementation: str, steps: int, seed: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--model", default="sasrec", help="registered model (default sasrec)")
     parser.add_argument("--max-len", type=int, default=50)
     parser.add_argument("--steps", type=int, default=50)

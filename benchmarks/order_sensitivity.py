@@ -58,7 +58,8 @@ def jitter_order(data: SequenceDataset, strength: float, seed: int = 0, keep_las
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--dataset", default="ml-1m", help="registered dataset (falls back to synthetic)")
     parser.add_argument("--model", default="sasrec", help="registered model (default sasrec)")
     parser.add_argument("--epochs", type=int, default=20)

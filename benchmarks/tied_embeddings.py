@@ -56,7 +56,8 @@ def parse_variant(text: str) -> tuple[str, dict[str, object]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--dataset", default="ml-1m", help="registered dataset (falls back to synthetic)")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--max-len", type=int, default=200)

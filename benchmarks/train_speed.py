@@ -115,7 +115,8 @@ def run_variant(name: str, split: LeaveOneOutSplit, n_items: int, args: argparse
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--dataset", default="ml-1m", help="registered dataset (falls back to synthetic)")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-len", type=int, default=200)

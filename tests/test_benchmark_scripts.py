@@ -233,3 +233,26 @@ def test_lightsans_carry_ranks_one_trained_model_with_both_carries(tmp_path, mon
     assert "trained with the **old** carry" in table and "| fixed carry |" in table and "| old carry |" in table
     assert "Largest difference" in table and "commit:" in table
     assert low_rank.exclusive_cumsum is script.FIXED                   # the library's carry is restored
+
+
+def test_no_command_line_parser_accepts_abbreviated_flags():
+    """argparse by default reads ``--out`` as ``--output`` (or ``--result`` as ``--results``): a typo silently writes
+    to another file. Every parser of the scripts and of the library turns that off."""
+    import ast
+
+    files = sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "tutorial_lib").rglob("*.py"))
+    parsers = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("ArgumentParser", "add_parser"):
+                flags = {k.arg: k.value for k in node.keywords}
+                off = isinstance(flags.get("allow_abbrev"), ast.Constant) and flags["allow_abbrev"].value is False
+                parsers.append((f"{path.relative_to(ROOT)}:{node.lineno}", off))
+    assert len(parsers) >= 20
+    assert [where for where, off in parsers if not off] == []
+
+
+def test_a_benchmark_script_refuses_an_abbreviated_flag(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        load_script("train_speed").main(["--epoch", "1"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --epoch" in capsys.readouterr().err
