@@ -1,10 +1,13 @@
 """Shared fixtures: tiny synthetic data and a quiet library (no progress bars or log lines)."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 import torch
 
-from tutorial_lib.data import leave_one_out, make_synthetic
+from tutorial_lib.data import get_spec, leave_one_out, make_synthetic, paths
 
 # The tests use tiny tensors: extra intra-op threads only add synchronisation cost, and on a shared 2-core
 # machine (a background training run) oversubscribed OpenMP threads make them 10-20x slower.
@@ -33,3 +36,18 @@ def tiny_dataset():
 @pytest.fixture(scope="session")
 def tiny_split(tiny_dataset):
     return leave_one_out(tiny_dataset)
+
+
+@pytest.fixture(scope="session")
+def require_dataset() -> Callable[[str], Path]:
+    """``require_dataset(name)``: the folder of a registered dataset's real files, or skip the test when any file is
+    absent (CI sets SEQREC_DATA_DIR to the shared data folder, so there they are present)."""
+    def require(name: str) -> Path:
+        spec = get_spec(name)
+        folder = paths.dataset_folder(spec)
+        missing = [f.filename for f in spec.required_files if not (folder / f.filename).is_file()]
+        if missing:
+            pytest.skip(f"dataset files absent: {', '.join(missing)} not in {folder} "
+                        f"(set {paths.ENV_VAR} to the data folder to run this test)")
+        return folder
+    return require

@@ -116,27 +116,17 @@ def test_data_dir_lookup_order(tmp_path, monkeypatch):
 # The real files (CI sets SEQREC_DATA_DIR=/work/shared/data); skipped only when they are absent.
 
 
-def _require(name: str) -> Path:
-    spec = get_spec(name)
-    folder = paths.dataset_folder(spec)
-    missing = [f.filename for f in spec.required_files if not (folder / f.filename).is_file()]
-    if missing:
-        pytest.skip(f"dataset files absent: {', '.join(missing)} not in {folder} "
-                    f"(set {paths.ENV_VAR} to the data folder to run this test)")
-    return folder
-
-
 @pytest.mark.parametrize("name", NAMES)
-def test_file_statistics_match_the_data_readme(name):
-    _require(name)
+def test_file_statistics_match_the_data_readme(name, require_dataset):
+    require_dataset(name)
     st = file_statistics(name)
     users, items, interactions, avg_len, min_len = EXPECTED_FILE_STATS[name]
     assert (st.users, st.items, st.interactions, round(st.avg_len, 2), st.min_len) == (
         users, items, interactions, avg_len, min_len)
 
 
-def test_load_ml1m_with_titles():
-    _require("ml-1m")
+def test_load_ml1m_with_titles(require_dataset):
+    require_dataset("ml-1m")
     ds = load_dataset("ml-1m")
     st = ds.stats()
     assert (st.users, st.items, st.interactions) == (6_040, 3_416, 999_611)
@@ -151,8 +141,8 @@ def test_load_ml1m_with_titles():
     assert again is not ds and again.sequences[0] is ds.sequences[0]
 
 
-def test_load_ml100k_processed():
-    _require("ml-100k")
+def test_load_ml100k_processed(require_dataset):
+    require_dataset("ml-100k")
     ds = load_dataset("ml-100k")
     st = ds.stats()
     # 5-core of the raw 943 / 1,682 / 100,000 (every user already has >= 20 ratings; 333 rare items go)
@@ -190,10 +180,10 @@ def test_status_table_without_data(tmp_path):
     assert "python -m tutorial_lib datasets --download yelp" in table
 
 
-def test_status_table_with_data():
+def test_status_table_with_data(require_dataset):
     from tutorial_lib.data.loading import dataset_status, format_dataset_table
 
-    _require("ml-100k")
+    require_dataset("ml-100k")
     rows = {r.name: r for r in dataset_status()}
     r = rows["ml-100k"]
     assert r.available and r.file_stats.items == 1_682 and r.processed_stats.items == 1_349

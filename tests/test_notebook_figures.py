@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tutorial_lib.data import get_spec, leave_one_out, load_dataset, paths
+from tutorial_lib.data import leave_one_out, load_dataset
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "solutions" / "01_data_and_evaluation.ipynb"
 
@@ -38,12 +38,9 @@ def quoted(text: str, pattern: str) -> tuple[float, ...]:
 
 
 @pytest.fixture(scope="module")
-def notebook_code():
+def notebook_code(require_dataset):
     """Notebook 01's definitions (the cell with ``leak_experiment``) run on the full ML-1M, as in ``small`` mode."""
-    spec = get_spec("ml-1m")
-    folder = paths.dataset_folder(spec)
-    if any(not (folder / f.filename).is_file() for f in spec.required_files):
-        pytest.skip(f"ML-1M is not in {folder} (set {paths.ENV_VAR} to the data folder to run this test)")
+    require_dataset("ml-1m")
     code = [text for text in cells("code") if "def leak_experiment" in text]
     assert len(code) == 1
     namespace = {"np": np, "pd": pd, "data": load_dataset("ml-1m")}
