@@ -163,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs/models can be ranked with benchmarks/compare_trained.py)")
     g = bm.add_argument_group("running")
     g.add_argument("--time-budget", type=float, default=None,
-                   help="seconds of wall-clock time for this invocation; rerun the same command to continue")
+                   help="seconds of wall-clock time for this invocation: the run in progress then pauses at the end "
+                        "of an epoch, keeps its checkpoint and gets no row until the same command (with a new "
+                        "budget) finishes it; `train --time-budget` instead ends a run early and writes its row")
     g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
     g.add_argument("--results", default=None,
                    help="results CSV (default results/runs.csv); the training curves go to curves/ beside it")
