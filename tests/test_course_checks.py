@@ -131,6 +131,27 @@ def test_stub_raises_exercise_not_done_which_is_a_not_implemented_error():
     assert "`cumsum`" in msg
 
 
+def test_a_dtype_error_of_the_learners_code_is_a_failure_not_an_exercise_left_undone():
+    # torch raises NotImplementedError for an operation a dtype lacks; that is a mistake to explain, not the stub
+    def cumsum(x):
+        return torch.as_tensor(x).float() & torch.ones(len(x), dtype=torch.bool)
+
+    with pytest.raises(CheckFailed, match=r"(?s)raised NotImplementedError: .*check the dtypes"):
+        check_function(cumsum, ref_cumsum, CASES, library="np.cumsum")
+
+
+def test_a_stub_without_source_is_still_recognised():
+    # code run by exec() has no source line to read: the stub's empty message decides
+    namespace: dict = {}
+    exec(compile("def cumsum(x):\n    raise NotImplementedError()\n", "<no source>", "exec"), namespace)
+    with pytest.raises(ExerciseNotDone):
+        check_function(namespace["cumsum"], ref_cumsum, CASES)
+    exec(compile("def cumsum(x):\n    raise NotImplementedError('not for Float')\n", "<no source>", "exec"),
+         namespace)
+    with pytest.raises(CheckFailed, match="not for Float"):
+        check_function(namespace["cumsum"], ref_cumsum, CASES)
+
+
 def test_wrong_result_raises_an_assertion_error_that_explains():
     def cumsum(x):
         return np.asarray(x) * 1

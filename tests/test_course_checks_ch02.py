@@ -46,6 +46,22 @@ def test_stub_is_reported_without_raising(check, capsys):
         check.__wrapped__(stub)
 
 
+def test_a_float_mask_mixed_with_a_bool_one_is_a_failure_not_an_exercise_left_undone(capsys):
+    def allowed_float_tril(item_ids):
+        L = item_ids.shape[1]
+        return (item_ids.ne(0)[:, None, None, :] & torch.ones(L, L).tril()) | torch.eye(L, dtype=torch.bool)
+
+    with pytest.raises(CheckFailed, match="check the dtypes"):
+        ch02.check_allowed_mask.__wrapped__(allowed_float_tril)
+
+    def attention_float_tril(q, k, v, allowed):                # re-applies causality with a float triangle
+        L = allowed.shape[-1]
+        return attention(q, k, v, allowed & torch.ones(L, L).tril())
+
+    with pytest.raises(CheckFailed, match="NotImplementedError"):   # inside the heads: not "not done" either
+        ch02.check_attention_in_heads.__wrapped__(attention_float_tril)
+
+
 def test_attention_without_its_weights_is_told_to_return_them():
     with pytest.raises(CheckFailed, match="`weights` is None: return a value for it too"):
         ch02.check_attention(lambda q, k, v, allowed: (attention(q, k, v, allowed)[0], None))

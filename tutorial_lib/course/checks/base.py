@@ -295,13 +295,42 @@ def _mutated(before: Any, after: Any) -> bool:
     return False
 
 
+def is_stub_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from an exercise stub (``raise NotImplementedError()``) rather than from the learner's
+    code: torch reports an unsupported dtype as ``NotImplementedError`` too (``"bitwise_and_cpu" not implemented
+    for 'Float'``, from mixing a float mask with a bool one), and that is a mistake to explain, not an exercise
+    left undone. The raising line decides when its source is known, else an empty message (the stub's)."""
+    if not isinstance(exc, NotImplementedError):
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    line = (frames[-1].line or "").strip() if frames else ""
+    if line:
+        return line.startswith("raise NotImplementedError")
+    return not str(exc)
+
+
+def _raised(exc: BaseException, case: Case, name: str, dot_t: list) -> CheckFailed:
+    """The failure for an exception raised by the learner's code (not the stub)."""
+    dtype_hint = (" (torch raises NotImplementedError for an operation that a dtype does not support: "
+                  "check the dtypes of the tensors on that line, e.g. `&` needs two bool tensors)"
+                  if isinstance(exc, NotImplementedError) else "")
+    return CheckFailed(
+        f"`{name}` raised {type(exc).__name__}: {exc}\n"
+        f"while computing {case.call_text(name)}{' (' + case.label + ')' if case.label else ''}.\n"
+        "The traceback above shows the line of your code where it happened." + dtype_hint
+        + (DOT_T_HINT if dot_t else ""))
+
+
 def call_learner(fn: Callable, case: Case, name: str, library: str | None = None) -> Any:
     """Call ``fn`` on a deep copy of the case's arguments; translate its exceptions into check outcomes."""
     args, kwargs = copy.deepcopy(case.args), copy.deepcopy(case.kwargs)
+    dot_t: list = []
     try:
         with _watch_dot_t() as dot_t:
             result = fn(*args, **kwargs)
     except NotImplementedError as exc:
+        if not is_stub_error(exc):
+            raise _raised(exc, case, name, dot_t) from exc
         raised_in = traceback.extract_tb(exc.__traceback__)[-1].name
         if raised_in not in (name, "<lambda>") and not raised_in.startswith("_"):   # a helper it calls
             raise ExerciseNotDone(
@@ -311,11 +340,7 @@ def call_learner(fn: Callable, case: Case, name: str, library: str | None = None
             ) from None
         raise ExerciseNotDone(not_done_message(name, library)) from None
     except Exception as exc:
-        raise CheckFailed(
-            f"`{name}` raised {type(exc).__name__}: {exc}\n"
-            f"while computing {case.call_text(name)}{' (' + case.label + ')' if case.label else ''}.\n"
-            "The traceback above shows the line of your code where it happened." + (DOT_T_HINT if dot_t else "")
-        ) from exc
+        raise _raised(exc, case, name, dot_t) from exc
     for i, (before, after) in enumerate(zip(case.args, args)):
         if _mutated(before, after):
             raise CheckFailed(f"`{name}` modified its argument {i + 1} in place for {case.call_text(name)}; "

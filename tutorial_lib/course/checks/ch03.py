@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import Case, call_learner, check_function, exercise_check, expect, explain_difference, fail, passed, to_numpy
+from .base import (Case, call_learner, check_function, exercise_check, expect, explain_difference, fail,
+                   is_stub_error, passed, to_numpy)
 
 AGGREGATION_LIBRARY = "tutorial_lib.attention.low_rank.causal_interest_aggregation"
 POSITION_LIBRARY = "tutorial_lib.attention.base.apply_shared_pattern, used by DecoupledPositionAttention"
@@ -324,10 +325,10 @@ def check_aggregation_in_layer(causal_interest_aggregation, tol: float = 1e-4) -
     name = getattr(causal_interest_aggregation, "__name__", "causal_interest_aggregation")
     try:
         diffs = compare_aggregation_in_layer(causal_interest_aggregation)
-    except NotImplementedError:
-        call_learner(causal_interest_aggregation, aggregation_cases()[0], name, AGGREGATION_LIBRARY)
-        raise
     except Exception as exc:  # noqa: BLE001 - the learner's errors are reported, not raised
+        if is_stub_error(exc):
+            call_learner(causal_interest_aggregation, aggregation_cases()[0], name, AGGREGATION_LIBRARY)
+            raise
         fail(f"running your `{name}` inside LowRankAttention raised {type(exc).__name__}: {exc}. Run "
              "check_causal_interest_aggregation first: it explains what differs from the library")
     for key, value in diffs.items():
@@ -548,10 +549,10 @@ def check_position_attention_in_layer(position_attention, tol: float = 1e-5) -> 
     name = getattr(position_attention, "__name__", "position_attention")
     try:
         diffs = compare_position_attention_in_layer(position_attention)
-    except NotImplementedError:
-        call_learner(position_attention, position_cases()[0], name, POSITION_LIBRARY)
-        raise
     except Exception as exc:  # noqa: BLE001
+        if is_stub_error(exc):
+            call_learner(position_attention, position_cases()[0], name, POSITION_LIBRARY)
+            raise
         fail(f"running your `{name}` on DecoupledPositionAttention's parameters raised {type(exc).__name__}: "
              f"{exc}. Run check_position_attention first: it explains what differs from the library")
     print(f"  max |yours - DecoupledPositionAttention|           {diffs['yours vs the module']:.2e}")
