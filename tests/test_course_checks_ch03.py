@@ -81,6 +81,27 @@ def test_nan_free_position_attention_without_the_diagonal_passes():
     ch03.check_position_attention(zeros_at_padding)
 
 
+def test_a_finite_fill_is_not_a_leak_at_padding_positions(capsys):
+    """With -1e9 instead of -inf and no diagonal, a padding query sees every key uniformly, the future ones
+    included; that row is never read, so the leak test must not blame it (it did, at position 0)."""
+    def position_big_negative(p, u_q, u_k, v, valid):
+        B, H, L, dh = v.shape
+        q, k = (u(p).view(L, H, dh).transpose(0, 1) for u in (u_q, u_k))
+        allowed = torch.ones(L, L, dtype=torch.bool).tril() & valid[:, None, None, :]
+        logits = (q @ k.transpose(-2, -1) / math.sqrt(dh)).masked_fill(~allowed, -1e9)
+        return torch.softmax(logits, dim=-1) @ v
+
+    def aggregation_big_negative(x, logits, valid):
+        L = x.shape[1]
+        allowed = torch.ones(L, L, dtype=torch.bool).tril()[None, :, :, None] & valid[:, None, :, None]
+        weights = torch.softmax(logits[:, None].masked_fill(~allowed, -1e9), dim=2)
+        return torch.einsum("btjk,bjd->btkd", weights, x)
+
+    ch03.check_position_attention(position_big_negative)
+    ch03.check_causal_interest_aggregation(aggregation_big_negative)
+    assert "leaks" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("check", [ch03.check_causal_interest_aggregation, ch03.check_aggregation_in_layer,
                                    ch03.check_position_attention, ch03.check_position_attention_in_layer])
 def test_stub_is_reported_without_raising(check, capsys):

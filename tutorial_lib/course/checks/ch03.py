@@ -179,8 +179,8 @@ def _diagnose_aggregation(case: Case, yours, expected) -> str | None:
 
 
 def _aggregation_leak(fn, name: str, seed: int = 1) -> tuple[int, int, str] | None:
-    """Perturb the future: ``(t, j, label)`` when the interests at ``t`` changed after the inputs at ``>= j > t``
-    changed, else ``None``."""
+    """Perturb the future: ``(t, j, label)`` when the interests at a real position ``t`` changed after the inputs
+    at ``>= j > t`` changed, else ``None``."""
     rng = np.random.default_rng(seed)
     runs = [(torch.ones(2, 7, dtype=torch.bool), "2 sequences of 7 items"),
             (torch.tensor([[False, False, True, True, True, True, True, True]]), "a left-padded sequence")]
@@ -189,7 +189,7 @@ def _aggregation_leak(fn, name: str, seed: int = 1) -> tuple[int, int, str] | No
         x, logits = _f32(rng, B, L, 4), _f32(rng, B, L, 3, scale=2.0)
         base = _tensor_result(call_learner(fn, Case((x, logits, valid)), name, AGGREGATION_LIBRARY), name,
                               "the (B, L, k, d) interests")
-        rows = torch.ones(B, L, dtype=torch.bool)
+        rows = valid.clone()          # real positions only: what a padding position computes is never read
         for j in range(1, L):
             x2, logits2 = x.clone(), logits.clone()
             x2[:, j:], logits2[:, j:] = _f32(rng, B, L - j, 4), _f32(rng, B, L - j, 3, scale=2.0)
@@ -426,6 +426,8 @@ def _diagnose_position(case: Case, yours, expected) -> str | None:
 
 
 def _position_leak(fn, name: str, seed: int = 3) -> tuple[int, int, str] | None:
+    """Perturb the future values: ``(t, j, label)`` when the output at a real position ``t`` changed after the
+    values at ``>= j > t`` changed, else ``None``."""
     rng = np.random.default_rng(seed)
     u_q, u_k = _linear_pair(6, seed)
     runs = [(torch.ones(2, 7, dtype=torch.bool), "2 sequences of 7 items"),
@@ -440,8 +442,8 @@ def _position_leak(fn, name: str, seed: int = 3) -> tuple[int, int, str] | None:
             v2[:, :, j:] = _f32(rng, B, 2, L - j, 3)
             out = _tensor_result(call_learner(fn, Case((p, u_q, u_k, v2, valid)), name, POSITION_LIBRARY), name,
                                  "the (B, H, L, d_h) outputs")
-            rows = torch.zeros(B, L, dtype=torch.bool)
-            rows[:, :j] = True
+            rows = valid.clone()      # real positions only: what a padding position computes is never read
+            rows[:, j:] = False
             t = _first_change(base.transpose(1, 2).flatten(2), out.transpose(1, 2).flatten(2), rows[..., None])
             if t is not None:
                 return t, j, label
