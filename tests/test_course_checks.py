@@ -185,6 +185,16 @@ def test_in_place_modification_is_caught():
         check_function(cumsum, ref_cumsum, [Case((np.arange(4),))])
 
 
+def test_in_place_change_of_a_list_is_caught_and_nan_is_not_a_change():
+    def cumsum(x):
+        x[:] = [v for v in x if v == v]          # drops the NaNs from the caller's list
+        return np.cumsum(x)
+
+    with pytest.raises(CheckFailed, match="modified its argument 1 in place"):
+        check_function(cumsum, ref_cumsum, [Case(([1.0, float("nan"), 2.0],))])
+    check_function(lambda x: np.cumsum(x), ref_cumsum, [Case(([1.0, float("nan"), 2.0],))], quiet=True)
+
+
 def test_output_names_and_non_callable():
     def pair(x):
         return np.asarray(x), np.asarray(x)

@@ -53,6 +53,8 @@ def test_stub_is_reported_without_raising(check, capsys):
     (lambda r, k: torch.where(r < k, 1.0 / torch.log10(r.double() + 2), torch.zeros(len(r), dtype=torch.float64)),
      "not 10"),
     (lambda r, k: 1.0 / torch.log2(r.double() + 2), "cut-off is missing"),
+    (lambda r, k: torch.where(r < 10, 1.0 / torch.log2(r.double() + 2), torch.zeros(len(r), dtype=torch.float64)),
+     "ignores the argument `k`: your values are those of NDCG@10"),
     (lambda r, k: (r < k).double(), "this is HR@K"),
     (lambda r, k: torch.where(r < k, 1.0 / torch.log2(r.double() + 2), torch.zeros(len(r), dtype=torch.float64)).mean(),
      "PER USER"),

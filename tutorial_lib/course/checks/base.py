@@ -286,10 +286,15 @@ def not_done_message(name: str, library: str | None) -> str:
 
 
 def _mutated(before: Any, after: Any) -> bool:
+    """Whether the learner's function changed an argument in place (tensors, arrays and lists, elementwise)."""
     try:
         if _is_tensor(before) or isinstance(before, np.ndarray):
             b, a = to_numpy(before), to_numpy(after)
             return b.shape != a.shape or not np.array_equal(b, a, equal_nan=b.dtype.kind in "fc")
+        if isinstance(before, list):
+            return len(before) != len(after) or any(_mutated(b, a) for b, a in zip(before, after))
+        if isinstance(before, (int, float)) and isinstance(after, (int, float)):
+            return before != after and not (before != before and after != after)   # NaN stays NaN
     except Exception:  # noqa: BLE001 - a value we cannot compare is not reported
         return False
     return False

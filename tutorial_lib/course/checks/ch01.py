@@ -31,6 +31,10 @@ def ndcg_cases(seed: int = 0, n_random: int = 8) -> list[Case]:
     return cases
 
 
+#: cut-offs a learner may write instead of using the argument ``k``
+FIXED_CUTOFFS = (5, 10, 20)
+
+
 def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
     """The usual wrong versions of NDCG@K, to recognise which mistake was made."""
     r = ranks.astype(np.float64)
@@ -45,7 +49,9 @@ def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
             "no_cutoff": 1.0 / np.log2(r + 2.0),
             "hit": hit.astype(np.float64),
             "reciprocal": np.where(hit, 1.0 / (r + 1.0), 0.0),
+            **{f"fixed_k{K}": np.where(r < K, 1.0 / np.log2(r + 2.0), 0.0) for K in FIXED_CUTOFFS if K != k},
         }
+
 
 
 NDCG_HINTS = {
@@ -63,6 +69,8 @@ NDCG_HINTS = {
                   "NDCG@K."),
     "hit": "this is HR@K (1 for a hit). NDCG also discounts a hit by its position: 1 / log2(rank + 2).",
     "reciprocal": "this is a reciprocal rank (MRR-style, 1 / (rank + 1)); NDCG uses 1 / log2(rank + 2).",
+    **{f"fixed_k{K}": (f"the cut-off ignores the argument `k`: your values are those of NDCG@{K} whatever `k` is. "
+                       "Use `ranks < k`, not a fixed number.") for K in FIXED_CUTOFFS},
 }
 
 
@@ -81,7 +89,7 @@ def _diagnose_ndcg(case: Case, yours, expected, learner=None) -> str | None:
                if np.allclose(mine, variant, atol=1e-6, equal_nan=True) and not np.allclose(variant, to_numpy(expected))]
     if len(matches) > 1 and learner is not None:
         # this case cannot tell the mistakes apart (e.g. rank == k): ask the learner's function about more ranks
-        probe = torch.arange(3 * k + 3)
+        probe = torch.arange(max(3 * k + 3, 3 * max(FIXED_CUTOFFS)))   # past every fixed cut-off too
         try:
             theirs = to_numpy(learner(probe.clone(), k)).astype(np.float64)
         except Exception:  # noqa: BLE001 - the hint is a bonus; the failure itself is already explained
