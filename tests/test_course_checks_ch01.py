@@ -75,6 +75,8 @@ def _count(scores, target, op):
     (lambda s, t: _count(s, t, torch.lt), "BELOW"),
     (lambda s, t: _count(s, t, torch.ge) - 1, "NOT BELOW"),          # right for numbers, wrong for NaN
     (lambda s, t: (_count(s, t, torch.ge) - 1).clamp(min=0), "NOT BELOW"),
+    (lambda s, t: (s.argsort(dim=1, descending=True, stable=True) == t[:, None]).int().argmax(1),  # sort position
+     "group of tied scores"),
 ])
 def test_rank_mistakes_get_their_hint(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):

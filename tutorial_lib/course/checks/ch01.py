@@ -158,6 +158,11 @@ RANK_HINTS = {
 }
 
 
+TIE_ORDER_HINT = ("each of your ranks lies within the target's group of tied scores, but not always at its bottom: "
+                  "ties are broken by wherever a sort (argsort, topk) happened to put them. The course ranks ties "
+                  "pessimistically, without sorting: count the OTHER candidates whose score is >= the target's.")
+
+
 NAN_HINT = ("every comparison with NaN is False, so with `>=` a NaN target beats every candidate and a NaN "
             "candidate never competes (section 4). Count the candidates that are NOT BELOW the target, "
             "`~(scores < target_score)`: for numbers that is `>=`, and NaN then counts against the target")
@@ -174,7 +179,12 @@ def _diagnose_rank(case: Case, yours, expected) -> str | None:
     if mine.shape != target.shape:
         return f"return one rank per user: shape {tuple(target.shape)}"
     exp = to_numpy(expected)
-    for name, variant in _rank_variants(scores, target).items():
+    variants = _rank_variants(scores, target)
+    optimistic, pessimistic = variants["optimistic"], variants["self"] - 1
+    if (np.all((optimistic <= mine) & (mine <= pessimistic)) and not np.array_equal(mine, optimistic)
+            and not np.array_equal(mine, pessimistic)):
+        return TIE_ORDER_HINT
+    for name, variant in variants.items():
         if np.array_equal(mine.astype(np.float64), variant.astype(np.float64)) and not np.array_equal(variant, exp):
             return RANK_HINTS["self" if name == "one_based" else name]
     return None
