@@ -53,7 +53,6 @@ def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
         }
 
 
-
 NDCG_HINTS = {
     "cutoff": ("off by one in the cut-off: ranks are 0-based, so rank k is the (k+1)-th position and lies OUTSIDE "
                "the top K. Keep `ranks < k`, not `ranks <= k`."),
