@@ -169,6 +169,24 @@ def test_factorized_mistakes():
         ch04.check_factorized_logits(lambda f1, f2, d: f1.transpose(-2, -1) @ f2 / math.sqrt(d))
 
 
+def test_factorized_rank_probe_accepts_the_librarys_soft_cap_and_rejects_full_rank():
+    """The library soft-caps the logits (30 tanh(x / 30)); a learner who copies that is right, not 'rank 6 > k'.
+    A pattern with a full-rank part (an added diagonal) is still caught by the rank probe."""
+    ch04.check_factorized_logits(lambda f1, f2, d: 30 * torch.tanh(f1 @ f2.transpose(-2, -1) / math.sqrt(d) / 30))
+
+    def plus_tiny_diagonal(f1, f2, d):
+        out = f1 @ f2.transpose(-2, -1) / math.sqrt(d)
+        return out + 1e-7 * torch.eye(f1.shape[1]) if f1.shape[1] == 12 else out   # only on the rank probe
+
+    def plus_diagonal(f1, f2, d):
+        out = f1 @ f2.transpose(-2, -1) / math.sqrt(d)
+        return out + 0.01 * torch.eye(f1.shape[1]) if f1.shape[1] == 12 else out
+
+    ch04.check_factorized_logits(plus_tiny_diagonal)          # float noise is not rank
+    with pytest.raises(CheckFailed, match=r"has rank 1[0-2]; F1 F2\^T has rank at most k = 2"):
+        ch04.check_factorized_logits(plus_diagonal)
+
+
 def test_check_in_fparec_catches_a_leaky_layer():
     leaky = _with_mask(lambda valid, L: valid[:, None, None, :] | torch.eye(L, dtype=torch.bool))
     with pytest.raises(CheckFailed, match="leaks from the future inside the model"):
