@@ -87,6 +87,16 @@ def test_masking_hints():
     assert "masking" not in explain_difference(np.ones((2, 2), bool), np.eye(2, dtype=bool))
 
 
+def test_an_all_zero_result_is_called_that_not_an_inverted_mask():
+    e = np.tril(np.full((3, 3), 0.5))
+    msg = explain_difference(np.zeros((3, 3)), e)
+    assert "every value of yours is 0" in msg and "inverted" not in msg
+    partly = e.copy()
+    partly[2] = 0.0                      # one row hidden: still the masking guess, not "every value is 0"
+    msg = explain_difference(partly, e)
+    assert "masking looks wrong" in msg and "every value" not in msg
+
+
 def test_structured_outputs():
     e = (np.zeros(2), np.ones(2))
     assert explain_difference((np.zeros(2), np.ones(2)), e) is None

@@ -142,6 +142,18 @@ def test_allowed_mask_with_an_inverted_padding_test_is_told_so():
         ch02.check_allowed_mask(inverted)
 
 
+def test_allowed_mask_that_assumes_right_padding_is_told_so_not_inverted():
+    """A mask built from lengths (the first `length` keys) is a right-padding mistake, not an inverted test."""
+    def from_lengths(ids):
+        L = ids.shape[1]
+        first = torch.arange(L)[None, :] < ids.ne(0).sum(1, keepdim=True)
+        return (first[:, None, None, :] & causal_mask(L)) | torch.eye(L, dtype=torch.bool)
+
+    with pytest.raises(CheckFailed, match="as if the padding came at the end") as failure:
+        ch02.check_allowed_mask(from_lengths)
+    assert "inverted" not in str(failure.value)
+
+
 def test_attention_masked_after_the_softmax_gets_the_hint():
     def after(q, k, v, allowed):
         w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) * allowed

@@ -196,12 +196,23 @@ def test_bias_after_softmax_and_transposed_bias():
                                  biased_attention(q, k, v, bias.transpose(-2, -1), allowed))
 
 
+def _diagonals_from_one(L, a=1.0, b=0.5):
+    """A loop over the distances that starts at 1 and so leaves the diagonal at 0."""
+    out = torch.zeros(L, L)
+    for delta in range(1, L):
+        value = a * math.exp(-delta ** 2 / b)
+        out += torch.diag(torch.full((L - delta,), value), -delta) + torch.diag(torch.full((L - delta,), value), delta)
+    return out
+
+
 @pytest.mark.parametrize("wrong, match", [
     (lambda L, a=1.0, b=0.5: gaussian_bias(L, a, 2 * b), "exp\\(-Δ²/\\(2b\\)\\)"),
     (lambda L, a=1.0, b=0.5: torch.exp(-(torch.arange(L.__int__())[:, None] - torch.arange(L)[None]).float() ** 2 / b),
      "height a"),
     (lambda L, a=1.0, b=0.5: a * torch.exp(-((torch.arange(L)[:, None] - torch.arange(L)[None]).float() + 1) ** 2 / b),
      "one step off"),
+    (lambda L, a=1.0, b=0.5: torch.log(gaussian_bias(L, a, b)), "logarithm of the bump"),
+    (lambda L, a=1.0, b=0.5: _diagonals_from_one(L, a, b), "diagonal .* is 0"),
 ])
 def test_gaussian_mistakes(wrong, match):
     with pytest.raises(CheckFailed, match=match):

@@ -270,6 +270,9 @@ def _masking_hint(a: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str | None
         value = "-inf" if np.isneginf(e[wrong]).all() else "0"
         return (f"{MASKING_GUESS}: all {int(wrong.sum())} differing positions are masked in the reference "
                 f"({value} there) but not in yours. Is the causal / padding mask applied, and on the right side?")
+    if a.dtype.kind in "fiu" and not np.any(a) and np.any(e):
+        return ("every value of yours is 0 while the reference's are not: is the result still a placeholder "
+                "(torch.zeros...), or did a mask hide everything (all False, or combined with the wrong shape)?")
     if np.all(a_masked[wrong]) and not np.any(e_masked[wrong]):
         return (f"{MASKING_GUESS}: all differing positions are masked (0 or -inf) in yours but hold real "
                 "values in the reference. Is the mask too wide, or inverted (True = keep vs True = hide)?")

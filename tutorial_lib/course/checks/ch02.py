@@ -260,7 +260,9 @@ def allowed_cases(seed: int = 0) -> list[Case]:
     rng = np.random.default_rng(seed)
     cases = [
         Case((torch.tensor([[3, 7, 2]]),), label="one sequence without padding"),
-        Case((torch.tensor([[0, 0, 5, 1]]),), label="one sequence with 2 padding positions on the left"),
+        # two padding positions of five: a mask that assumes right padding (the first `length` keys) differs
+        # from an inverted one, and one that hides padding queries from the causal mask alone
+        Case((torch.tensor([[0, 0, 6, 5, 1]]),), label="one sequence with 2 padding positions on the left"),
         Case((torch.tensor([[0, 0, 0, 4, 9], [6, 2, 8, 1, 3]]),), label="a padded and a full sequence"),
     ]
     for _ in range(4):
@@ -298,6 +300,13 @@ def _diagnose_allowed(case: Case, yours, expected) -> str | None:
         return ("padding positions see no key at all, so their softmax is over a row of -inf and gives NaN. Let "
                 "every position always see itself: `| torch.eye(L, dtype=torch.bool)`. (Their outputs are never "
                 "used, but NaNs would spread through the next layers.)")
+    lengths = valid.sum(dim=1, keepdim=True)
+    first_keys = torch.arange(L)[None, :] < lengths                        # (B, L): padding assumed on the right
+    if any(torch.equal(m, candidate.expand_as(m)) for candidate in
+           ((first_keys[:, None, None, :] & causal) | eye, first_keys[:, None, None, :] & causal)):
+        return ("you allowed the first `length` keys of each row, as if the padding came at the end. Our batches "
+                "are left-padded (padding first, the most recent item last), so take the real keys from the ids "
+                "themselves: item_ids.ne(0)")
     if torch.equal(m, ((~valid[:, None, None, :] & causal) | eye).expand_as(m)):
         return ("the padding test is inverted: a key is hidden when its item id IS 0, so the allowed keys are "
                 "item_ids != 0 (item_ids.ne(0))")

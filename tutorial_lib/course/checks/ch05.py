@@ -277,7 +277,8 @@ def reference_biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 def gaussian_cases() -> list[Case]:
-    return [Case((1,), label="L = 1"), Case((4,), label="L = 4, a = 1, b = 0.5 (the defaults)"),
+    # L = 1 with a = 2: a missing diagonal (0) and a logarithm (ln 2) then give different wrong values
+    return [Case((1, 2.0, 0.5), label="L = 1, a = 2"), Case((4,), label="L = 4, a = 1, b = 0.5 (the defaults)"),
             Case((6, 2.0, 0.5), label="a = 2"), Case((7, 1.0, 4.0), label="b = 4: a wider bump"),
             Case((9, 0.5, 2.0), label="a = 0.5, b = 2")]
 
@@ -291,6 +292,7 @@ def _gaussian_variants(L: int, a: float = 1.0, b: float = 0.5) -> dict[str, torc
         "times_b": a * torch.exp(-d ** 2 * b),
         "no_a": torch.exp(-d ** 2 / b),
         "positive": a * torch.exp(d ** 2 / b),
+        "no_diagonal": a * torch.exp(-d ** 2 / b) * (1 - torch.eye(L)),
         "log": -(d ** 2) / b + math.log(a) if a > 0 else d,
         "off_by_one": a * torch.exp(-(d + 1) ** 2 / b),
         "off_by_one_minus": a * torch.exp(-(d - 1) ** 2 / b),
@@ -304,6 +306,8 @@ _GAUSSIAN_HINTS = {
     "times_b": "b divides: p_Δ = a·exp(-Δ² / b), not a·exp(-Δ²·b)",
     "no_a": "the height a is missing: p_Δ = a·exp(-Δ²/b)",
     "positive": "the sign in the exponent is missing: exp(-Δ²/b) decays with the distance",
+    "no_diagonal": ("the diagonal (Δ = 0: each position and itself) is 0: p_0 = a·exp(0) = a is the peak of "
+                    "the bump; does a loop over the distances start at 1?"),
     "log": "you returned the logarithm of the bump: p_Δ itself is a·exp(-Δ²/b) (it is already the ln σ of Eq. 5)",
     "off_by_one": ("the peak is one step off (at j = i + 1): the released code does this (docs/methods.md §5.1), the "
                    "paper centres the bump at distance 0, Δ = i - j"),
