@@ -300,10 +300,9 @@ def _diagnose_allowed(case: Case, yours, expected) -> str | None:
         return ("padding positions see no key at all, so their softmax is over a row of -inf and gives NaN. Let "
                 "every position always see itself: `| torch.eye(L, dtype=torch.bool)`. (Their outputs are never "
                 "used, but NaNs would spread through the next layers.)")
-    lengths = valid.sum(dim=1, keepdim=True)
-    first_keys = torch.arange(L)[None, :] < lengths                        # (B, L): padding assumed on the right
-    if any(torch.equal(m, candidate.expand_as(m)) for candidate in
-           ((first_keys[:, None, None, :] & causal) | eye, first_keys[:, None, None, :] & causal)):
+    first_keys = torch.arange(L)[None, :] < valid.sum(dim=1, keepdim=True)   # (B, L): padding assumed on the right
+    right_padded = first_keys[:, None, None, :] & causal
+    if torch.equal(m, right_padded) or torch.equal(m, right_padded | eye):
         return ("you allowed the first `length` keys of each row, as if the padding came at the end. Our batches "
                 "are left-padded (padding first, the most recent item last), so take the real keys from the ids "
                 "themselves: item_ids.ne(0)")
