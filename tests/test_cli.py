@@ -130,6 +130,36 @@ def test_windows_flag_reaches_the_row(tmp_path, monkeypatch, capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
+def test_deterministic_flag_trains_in_deterministic_mode_under_the_same_run_id(tmp_path, monkeypatch):
+    """``--deterministic`` reaches the trainer (train and benchmark); like the device, it is not part of the run id,
+    and the row's command records it."""
+    import torch
+
+    from tutorial_lib.training import Trainer
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    seen = []
+    real_epoch = Trainer.train_epoch
+
+    def spy(self, epoch):
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", spy)
+    assert train(tmp_path, "--deterministic", "--epochs", "1") == 0
+    assert train(tmp_path, "--epochs", "1", "--results", str(tmp_path / "plain.csv"),
+                 "--checkpoint", str(tmp_path / "plain.pt")) == 0
+    assert seen == [True, False] and not torch.are_deterministic_algorithms_enabled()
+    row, plain = read_runs(tmp_path / "runs.csv")[0], read_runs(tmp_path / "plain.csv")[0]
+    assert "--deterministic" in row["command"] and row["run_id"] == plain["run_id"]
+    assert (row["hr@10"], row["ndcg@10"]) == (plain["hr@10"], plain["ndcg@10"])   # a CPU run repeats anyway
+
+    seen.clear()
+    assert main(["benchmark", "--models", "sasrec", "--datasets", "synthetic", "--seeds", "0", "--epochs", "1",
+                 "--max-len", "10", "--d-model", "8", "--quiet", "--deterministic",
+                 "--results", str(tmp_path / "b.csv"), "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert seen == [True]
+
+
 def test_unknown_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--model", "no-such-model") == 2

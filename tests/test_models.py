@@ -14,6 +14,9 @@ from tutorial_lib.training.losses import full_ce_loss
 N_ITEMS, MAX_LEN, D = 30, 12, 16
 SMALL = dict(d_model=D, n_heads=2, n_layers=2)
 MODELS = model_names()
+#: one model per attention family (tests that train: tests/test_cuda.py, deterministic mode in test_trainer.py)
+FAMILIES = ["sasrec", "lightsans", "lightsans-ape", "parec", "fparec", "pattern-exponential", "locker-conv",
+            "locker-rnn", "locker-adapt", "rksa", "bert4rec"]
 
 
 N_USERS = 4

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from test_models import FAMILIES
 from tutorial_lib.errors import ConfigError, NotEnoughMemoryError
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.models import build_model
@@ -388,3 +390,80 @@ def test_bad_config():
             TrainConfig(seed=seed)
     assert TrainConfig(seed=np.int64(3)).seed == 3 and TrainConfig(seed=2**40).seed == 2**40
     assert TrainConfig(loss="sampled-ce").negatives == 256 and TrainConfig(loss="bce").negatives == 1
+
+
+def _deterministic_state() -> tuple:
+    return (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+
+
+@pytest.fixture
+def no_cublas_setting(monkeypatch):
+    """CUBLAS_WORKSPACE_CONFIG unset for the test, and afterwards as it was before it."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "recorded")   # records the original value for the undo
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+
+
+def test_deterministic_training_turns_the_kernels_on_only_while_it_trains(tiny_split, monkeypatch,
+                                                                           no_cublas_setting):
+    """``deterministic=True`` trains with torch's strict deterministic mode and cuDNN's, then restores the
+    settings it found; on a CPU the numbers are the same as without it."""
+    before = _deterministic_state()
+    assert before[0] is False
+    seen = []
+    real_epoch = Trainer.train_epoch
+
+    def spy(self, epoch):
+        seen.append(_deterministic_state())
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", spy)
+    model = make_model(tiny_split, dropout=0.3)
+    on = Trainer(model, tiny_split, config(epochs=2, deterministic=True)).fit()
+    assert seen == [(True, False, True, False)] * 2
+    assert _deterministic_state() == before
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+    seen.clear()
+    plain_model = make_model(tiny_split, dropout=0.3)
+    off = Trainer(plain_model, tiny_split, config(epochs=2)).fit()
+    assert [s[0] for s in seen] == [False, False]
+    assert [h["loss"] for h in on.history] == [h["loss"] for h in off.history]
+    assert all(torch.equal(v, plain_model.state_dict()[k]) for k, v in model.state_dict().items())
+
+
+def test_deterministic_mode_is_restored_after_a_crash_and_keeps_a_users_cublas_setting(tiny_split, monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    before = _deterministic_state()
+
+    def crash(self, epoch):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(Trainer, "train_epoch", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(make_model(tiny_split), tiny_split, config(deterministic=True)).fit()
+    assert _deterministic_state() == before
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
+def test_an_operation_without_a_deterministic_version_is_named(tiny_split, monkeypatch):
+    """torch's error for such an operation becomes a ConfigError that names it and says what to do."""
+    def no_deterministic_kernel(self, epoch):
+        raise RuntimeError("index_reduce_cuda does not have a deterministic implementation, but you set "
+                           "'torch.use_deterministic_algorithms(True)'. You can turn off determinism ...")
+
+    monkeypatch.setattr(Trainer, "train_epoch", no_deterministic_kernel)
+    with pytest.raises(ConfigError, match=r"uses index_reduce_cuda, which has no deterministic version.*"
+                                          r"leave out --deterministic"):
+        Trainer(make_model(tiny_split), tiny_split, config(deterministic=True)).fit()
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_family_trains_in_strict_deterministic_mode_on_the_cpu(tiny_split, name):
+    """No operation of any attention family lacks a deterministic CPU version (the GPU's: tests/test_cuda.py)."""
+    torch.manual_seed(0)
+    model = build_model(name, tiny_split.n_items, MAX_LEN, n_users=len(tiny_split.train),
+                        d_model=16, n_layers=1, dropout=0.1)
+    result = Trainer(model, tiny_split, config(epochs=1, deterministic=True)).fit()
+    assert math.isfinite(result.history[0]["loss"])

@@ -58,6 +58,9 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
                    help="training window of a long history: its most recent items (default, as SASRec) or a "
                         "random window drawn anew every epoch (trains on the older items too)")
     g.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU; default), cpu, cuda, mps")
+    g.add_argument("--deterministic", action="store_true",
+                   help="deterministic GPU kernels: two GPU runs with one seed give the same numbers (slower on a "
+                        "GPU; a CPU run repeats exactly without it)")
     g.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="fp32 (default), or mixed precision: bf16 (autocast, CPU or GPU), fp16 (CUDA)")
     g.add_argument("--mask-prob", type=float, default=None,
@@ -251,7 +254,8 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
                           epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
                           eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, window_sampling=args.windows,
-                          device=args.device, precision=args.precision, mask_prob=args.mask_prob,
+                          device=args.device, deterministic=args.deterministic, precision=args.precision,
+                          mask_prob=args.mask_prob,
                           eval_users=args.eval_users, data_dir=args.data_dir,
                           progress=_progress_bars(args), model_options=_model_options(args))
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
@@ -304,7 +308,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         also_protocols=tuple(args.also_protocols),
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
         patience=args.patience, lr_decay=args.lr_decay, eval_every=args.eval_every, eval_users=args.eval_users,
-        n_negatives=args.negatives, device=args.device, precision=args.precision,
+        n_negatives=args.negatives, device=args.device, deterministic=args.deterministic, precision=args.precision,
         bucketing=args.bucketing, weighting=args.weighting, window_sampling=args.windows, mask_prob=args.mask_prob,
         time_budget=args.time_budget, model_options=options,
         data_dir=args.data_dir, download=args.download, progress=_progress_bars(args),

@@ -46,6 +46,7 @@ class ExperimentSpec:
     eval_users: int | None = None
     n_negatives: int | None = None
     device: str = "auto"
+    deterministic: bool = False   # like the device, not part of the run id (the row's command records it)
     precision: str = "fp32"
     bucketing: bool = False
     weighting: str = "target"
@@ -113,7 +114,8 @@ class ExperimentSpec:
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, loss=self.loss,
                            n_negatives=self.n_negatives, eval_every=self.eval_every, patience=self.patience,
                            lr_decay=self.lr_decay,
-                           seed=self.seed, device=self.device, precision=self.precision, bucketing=self.bucketing,
+                           seed=self.seed, device=self.device, deterministic=self.deterministic,
+                           precision=self.precision, bucketing=self.bucketing,
                            weighting=self.weighting, window_sampling=self.window_sampling,
                            mask_prob=self.resolved_mask_prob(),
                            checkpoint=self.checkpoint, time_budget=self.time_budget, deadline=self.deadline,

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..models.backbone import user_inputs
 from ..utils.device import resolve_device
-from ..utils.seeding import device_rng_state, set_device_rng_state
+from ..utils.seeding import deterministic_algorithms, device_rng_state, set_device_rng_state
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, ce_chunk_rows, full_ce_loss, sampled_softmax_loss
 from .memory import explain_out_of_memory
@@ -56,6 +56,9 @@ class TrainConfig:
         select_metric: validation metric for early stopping and model selection.
         seed: seeds batching and negative sampling (seed model initialisation before building it).
         device: ``"auto"`` (CUDA, then MPS, then CPU) or an explicit device.
+        deterministic: train with PyTorch's deterministic kernels
+            (:func:`~tutorial_lib.utils.seeding.deterministic_algorithms`), so that two GPU runs with one seed
+            give the same numbers; slower on a GPU, no change on a CPU (whose runs repeat exactly anyway).
         precision: ``"fp32"``, ``"bf16"`` (autocast, CPU or GPU) or ``"fp16"`` (CUDA AMP).
         bucketing: batch users of similar length and trim padding (faster: 1.4x on Beauty, but on ML-1M
             the homogeneous batches learned measurably slower per epoch than random ones, so it is off by
@@ -101,6 +104,7 @@ class TrainConfig:
     select_metric: str = "ndcg@10"
     seed: int = 42
     device: str = "auto"
+    deterministic: bool = False
     precision: str = "fp32"
     bucketing: bool = False
     weighting: str = "target"
@@ -393,7 +397,7 @@ class Trainer:
 
     #: settings a resumed run may change: how long it trains and how it reports, not what one step does
     RESUMABLE_CHANGES = ("epochs", "patience", "eval_every", "time_budget", "deadline", "checkpoint", "device",
-                         "progress", "verbose", "ce_chunk")
+                         "deterministic", "progress", "verbose", "ce_chunk")
 
     def _check_resumable(self, path: Path, state: dict) -> None:
         """Refuse a checkpoint written with other training settings or for another model: resuming it would
@@ -424,8 +428,8 @@ class Trainer:
 
         Running out of memory raises :class:`~tutorial_lib.errors.NotEnoughMemoryError`, which names the settings
         that size a batch; the checkpoint keeps every epoch finished before."""
-        with explain_out_of_memory(f"while training on {self.device.type}",
-                                   self._memory_advice()):
+        with explain_out_of_memory(f"while training on {self.device.type}", self._memory_advice()), \
+                deterministic_algorithms(self.config.deterministic):
             return self._fit()
 
     def _memory_advice(self) -> str:

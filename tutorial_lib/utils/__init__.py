@@ -1,6 +1,7 @@
 """Small helpers shared by every stage: device choice, seeding, atomic file writes."""
 from .device import resolve_device, synchronize
 from .io import atomic_write_bytes, atomic_write_text
-from .seeding import seed_everything
+from .seeding import deterministic_algorithms, seed_everything
 
-__all__ = ["resolve_device", "synchronize", "seed_everything", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["resolve_device", "synchronize", "seed_everything", "deterministic_algorithms", "atomic_write_bytes",
+           "atomic_write_text"]
