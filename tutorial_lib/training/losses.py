@@ -106,8 +106,8 @@ def bce_loss(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor, n
     """
     mask = targets.ne(0)
     h = hidden[mask]                                   # (N, d)
-    pos = (h * items[targets[mask]]).sum(-1)           # (N,)
-    neg = torch.einsum("nd,nkd->nk", h, items[negatives[mask]])  # (N, n_neg)
+    pos = (h * F.embedding(targets[mask], items)).sum(-1)                    # (N,)
+    neg = torch.einsum("nd,nkd->nk", h, F.embedding(negatives[mask], items))  # (N, n_neg)
     return (F.softplus(-pos.float()) + F.softplus(neg.float()).sum(-1)).mean()
 
 
@@ -119,8 +119,8 @@ def sampled_softmax_loss(hidden: torch.Tensor, targets: torch.Tensor, items: tor
     uniform sampling the log-Q correction is a constant and drops out.
     """
     h, t = valid_positions(hidden, targets)
-    pos = (h * items[t]).sum(-1, keepdim=True)         # (N, 1)
-    neg = h @ items[negatives].t()                     # (N, n_neg)
+    pos = (h * F.embedding(t, items)).sum(-1, keepdim=True)  # (N, 1)
+    neg = h @ F.embedding(negatives, items).t()              # (N, n_neg)
     neg = neg.masked_fill(negatives[None, :].eq(t[:, None]), float("-inf"))
     logits = torch.cat([pos, neg], dim=1).float()
     return F.cross_entropy(logits, torch.zeros(len(t), dtype=torch.long, device=logits.device))
