@@ -60,7 +60,7 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
     g.add_argument("--device", default="auto", help="auto (CUDA, then MPS, then CPU; default), cpu, cuda, mps")
     g.add_argument("--deterministic", action="store_true",
                    help="deterministic GPU kernels: two GPU runs with one seed give the same numbers (slower on a "
-                        "GPU; a CPU run repeats exactly without it)")
+                        "GPU; a CPU run repeats exactly without it); not part of the run id, like --device")
     g.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                    help="fp32 (default), or mixed precision: bf16 (autocast, CPU or GPU), fp16 (CUDA)")
     g.add_argument("--mask-prob", type=float, default=None,
@@ -378,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         commands = subcommand_parsers(parser)
         commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}"
                                      f"{misplaced_hint(extras, args.command, commands)}")
+    if getattr(args, "deterministic", False):   # cuBLAS reads it at its first use: before any CUDA work
+        from .utils.seeding import CUBLAS_DETERMINISTIC_WORKSPACE
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)
     with warnings.catch_warnings():      # restores the standard display when the command returns
         warnings.showwarning = _show_warning
         return _run(args, argv)

@@ -1,8 +1,9 @@
-"""Seed every random number generator the course uses."""
+"""Seed every random number generator the course uses, and ask PyTorch for deterministic kernels."""
 from __future__ import annotations
 
 import os
 import random
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -48,41 +49,41 @@ def set_device_rng_state(device: torch.device, state: torch.Tensor | None) -> No
 
 #: cuBLAS's setting for reproducible matrix products (CUDA 10.2 and later); without it torch refuses them
 CUBLAS_DETERMINISTIC_WORKSPACE = ":4096:8"
-#: what torch's message says when an operation has no deterministic version
-NO_DETERMINISTIC_VERSION = "does not have a deterministic implementation"
+#: torch's message when an operation has no deterministic version: "<operation> does not have a deterministic ..."
+_NO_DETERMINISTIC_VERSION = re.compile(r"(\S+) does not have a deterministic implementation")
 
 
 @contextmanager
 def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
     """Inside the block, run PyTorch's deterministic kernels only; afterwards, restore the settings it found.
 
-    On a CPU the library's runs repeat exactly with one seed anyway. On a GPU some kernels add up in an order
-    that changes from run to run (the backward passes of fused attention, of the embedding and of
-    ``index_add_``; cuBLAS's split reductions), so two runs with one seed drift apart by rounding. This turns on
-    ``torch.use_deterministic_algorithms`` in its strict form (with ``warn_only`` the fused attention's backward
-    would stay non-deterministic and only warn), cuDNN's deterministic mode without its autotuner, and sets
-    ``CUBLAS_WORKSPACE_CONFIG`` when it is not set (cuBLAS sizes its workspace when CUDA first multiplies
-    matrices, so in a notebook that has already used the GPU, set it before that or restart the kernel). The
-    price is speed on a GPU; nothing changes on a CPU. An operation that has no deterministic version raises
-    :class:`~tutorial_lib.errors.ConfigError` naming it. ``enabled=False`` leaves everything as it is.
+    A CPU run of the library repeats exactly with one seed anyway. On a GPU, the backward passes of the fused
+    attention kernels (flash and memory-efficient) add up in an order that changes from run to run, so two runs
+    with one seed drift apart by rounding. This turns on ``torch.use_deterministic_algorithms`` in its strict form
+    (with ``warn_only`` those backward passes would only warn and stay as they are) and switches off cuDNN's
+    autotuner. It also sets ``CUBLAS_WORKSPACE_CONFIG`` when it is not set, and leaves it set: cuBLAS reads it
+    when CUDA first multiplies matrices, so in a notebook that has already used the GPU, set it before that or
+    restart the kernel (the command line sets it before any CUDA work). The price is speed on a GPU; on a CPU
+    only a little time. An operation that has no deterministic version (on CUDA, ``cumsum`` in older torch
+    releases) raises :class:`~tutorial_lib.errors.ConfigError` naming it. ``enabled=False`` changes nothing.
     """
     if not enabled:
         yield
         return
     previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-                torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+                torch.backends.cudnn.benchmark)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_DETERMINISTIC_WORKSPACE)
     torch.use_deterministic_algorithms(True)
-    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cudnn.benchmark = False
     try:
         yield
     except RuntimeError as exc:
-        if NO_DETERMINISTIC_VERSION not in str(exc):
+        found = _NO_DETERMINISTIC_VERSION.search(str(exc))
+        if found is None:
             raise
-        operation = str(exc).strip().split(NO_DETERMINISTIC_VERSION)[0].strip()
-        raise ConfigError(f"deterministic training was asked for, but this model uses {operation}, which has no "
-                          f"deterministic version on this device; train without it (deterministic=False; on the "
-                          f"command line, leave out --deterministic)") from exc
+        raise ConfigError(f"deterministic training was asked for, but training uses {found.group(1)}, which has "
+                          f"no deterministic version on this device (torch {torch.__version__}); train without "
+                          f"it (deterministic=False; on the command line, leave out --deterministic)") from exc
     finally:
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = previous[2], previous[3]
+        torch.backends.cudnn.benchmark = previous[2]
