@@ -58,7 +58,8 @@ class TrainConfig:
         device: ``"auto"`` (CUDA, then MPS, then CPU) or an explicit device.
         deterministic: train with PyTorch's deterministic kernels
             (:func:`~tutorial_lib.utils.seeding.deterministic_algorithms`), so that two GPU runs with one seed
-            give the same numbers; slower on a GPU, no change on a CPU (whose runs repeat exactly anyway).
+            give the same numbers; slower on a GPU. A CPU run repeats exactly without it and gives the same numbers
+            with it.
         precision: ``"fp32"``, ``"bf16"`` (autocast, CPU or GPU) or ``"fp16"`` (CUDA AMP).
         bucketing: batch users of similar length and trim padding (faster: 1.4x on Beauty, but on ML-1M
             the homogeneous batches learned measurably slower per epoch than random ones, so it is off by
