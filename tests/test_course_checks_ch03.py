@@ -142,6 +142,24 @@ def test_a_wrong_aggregation_fails_inside_the_layer():
                                                                                               diagonal=-1))
 
 
+def test_nan_at_padding_positions_fails_inside_the_layer_too():
+    """The in-layer checks compare real positions only; NaN at a padding position still fails them."""
+    with pytest.raises(CheckFailed, match="NaN or infinite outputs"):
+        ch03.check_aggregation_in_layer(lambda x, logits, valid: _masked_softmax_aggregation(x, logits, valid,
+                                                                                              nan_to_num=False))
+    with pytest.raises(CheckFailed, match="NaN or infinite outputs"):
+        ch03.check_position_attention_in_layer(lambda *args: position_attention(*args, eye=False))
+
+
+def test_a_mask_broadcast_against_the_wrong_axes_is_explained():
+    def unbroadcast_mask(x, logits, valid):      # valid (B, L) times logits (B, L, k): lined up with (L, k)
+        e = torch.exp(logits) * valid
+        return torch.cumsum(e[..., None] * x[:, :, None, :], dim=1) / torch.cumsum(e, dim=1)[..., None]
+
+    with pytest.raises(CheckFailed, match=r"valid\[\.\.\., None\]"):
+        ch03.check_causal_interest_aggregation(unbroadcast_mask)
+
+
 @pytest.mark.parametrize("options, message", [
     (dict(scale=False), "not scaled"),
     (dict(split="wrong"), "wrong layout"),

@@ -28,6 +28,8 @@ from .base import (Case, call_learner, check_function, exercise_check, expect, e
 AGGREGATION_LIBRARY = "tutorial_lib.attention.low_rank.causal_interest_aggregation"
 POSITION_LIBRARY = "tutorial_lib.attention.base.apply_shared_pattern, used by DecoupledPositionAttention"
 _TOL = 1e-4  # a real leak changes outputs by O(0.1); float32 rounding by O(1e-7)
+#: key of the in-layer comparisons: how many outputs are NaN or infinite, at any position
+NON_FINITE = "non-finite outputs"
 
 
 # ----------------------------------------------------------------------------- references
@@ -236,9 +238,12 @@ def check_causal_interest_aggregation(causal_interest_aggregation) -> None:
                  "interests built from later items too. Return the interests seen from EACH position t, built "
                  f"from the items 1..t only: shape (B, L, k, d) = {(B, L, k, d)}")
         if tuple(out.shape) != (B, L, k, d):
+            broadcast = (out.dim() == 4 and tuple(out.shape[:2]) == (B, L) and out.shape[2] != k)
             fail(explain_difference(out, torch.zeros(B, L, k, d), f"{name}(...)") +
                  f"\nfor {case.call_text(name)} ({case.label}). Expected (B, L, k, d): one (k, d) set of interests "
-                 "per position")
+                 "per position" + ("; the interest axis has the wrong size. A (B, L) mask such as `valid` "
+                                   "multiplies the (B, L, k) logits only as valid[..., None]: without it, torch "
+                                   "lines it up with the last axes" if broadcast else ""))
         if not bool(torch.isfinite(out).all()):
             bad = (~torch.isfinite(out)).flatten(2).any(-1).nonzero()[0].tolist()
             where = "a padding position" if not bool(valid[bad[0], bad[1]]) else "a real position"
@@ -287,7 +292,8 @@ def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 
     """Eq. 3 with ``aggregation`` building the interests of K and V, against the library's chunked layer.
 
     Returns the largest absolute difference of the layer outputs at real positions, for chunk lengths 32
-    (one block: the sequence is short) and 3 (several blocks).
+    (one block: the sequence is short) and 3 (several blocks), and under :data:`NON_FINITE` the number of NaN or
+    infinite outputs at any position (padding included: a NaN there spreads through the next layer).
     """
     from ...attention import SequenceContext, merge_heads, split_heads
     from ...attention.low_rank import LowRankAttention, soft_cap
@@ -316,7 +322,18 @@ def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 
         for c, layer in layers.items():
             lib, _ = layer(x, SequenceContext.from_item_ids(ids, max_len=8))
             out[f"chunk = {c}"] = float((mine - lib)[valid].abs().max())
+    out[NON_FINITE] = float((~torch.isfinite(mine)).sum())
     return out
+
+
+def _fail_on_non_finite(diffs: dict[str, float], name: str, what: str) -> None:
+    """Fail when an in-layer comparison found NaN or infinite outputs (removing the count from ``diffs``): the
+    differences are measured at real positions only, where such outputs at padding positions would go unseen."""
+    count = diffs.pop(NON_FINITE)
+    if count:
+        fail(f"{what} your `{name}` gives {int(count)} NaN or infinite outputs. At a padding position: a position "
+             "before the first real item has nothing to attend to, so return zeros there (torch.nan_to_num, or "
+             "clamp the denominator); those outputs are never read, but a NaN would spread through the next layer")
 
 
 @exercise_check
@@ -331,6 +348,7 @@ def check_aggregation_in_layer(causal_interest_aggregation, tol: float = 1e-4) -
             raise
         fail(f"running your `{name}` inside LowRankAttention raised {type(exc).__name__}: {exc}. Run "
              "check_causal_interest_aggregation first: it explains what differs from the library")
+    _fail_on_non_finite(diffs, name, "Eq. 3 built with")
     for key, value in diffs.items():
         print(f"  max |your Eq. 3 - library's chunked layer| ({key:10s}) {value:.2e}")
     bad = {k: v for k, v in diffs.items() if not v <= tol}
@@ -518,7 +536,8 @@ def compare_position_attention_in_layer(position_attention, d_model: int = 16, n
 
     Returns the largest differences at real positions: ``"yours vs the module"``; ``"yours vs Eq. 4"``
     (the same attention without the module's soft cap of the logits); and ``"soft cap"`` (Eq. 4 vs the
-    module: what the cap ``30 tanh(x / 30)`` changes).
+    module: what the cap ``30 tanh(x / 30)`` changes); and under :data:`NON_FINITE` the number of NaN or infinite
+    outputs at any position.
     """
     from ...attention import SequenceContext
     from ...attention.low_rank import DecoupledPositionAttention
@@ -542,7 +561,8 @@ def compare_position_attention_in_layer(position_attention, d_model: int = 16, n
     keep = ctx.valid_mask[:, None, :, None].expand_as(lib)
     return {"yours vs the module": float((mine - lib)[keep].abs().max()),
             "yours vs Eq. 4": float((mine - eq4)[keep].abs().max()),
-            "soft cap": float((eq4 - lib)[keep].abs().max())}
+            "soft cap": float((eq4 - lib)[keep].abs().max()),
+            NON_FINITE: float((~torch.isfinite(mine)).sum())}
 
 
 @exercise_check
@@ -557,6 +577,7 @@ def check_position_attention_in_layer(position_attention, tol: float = 1e-5) -> 
             raise
         fail(f"running your `{name}` on DecoupledPositionAttention's parameters raised {type(exc).__name__}: "
              f"{exc}. Run check_position_attention first: it explains what differs from the library")
+    _fail_on_non_finite(diffs, name, "Fed with DecoupledPositionAttention's parameters,")
     print(f"  max |yours - DecoupledPositionAttention|           {diffs['yours vs the module']:.2e}")
     print(f"  max |yours - Eq. 4 without the module's soft cap|  {diffs['yours vs Eq. 4']:.2e}")
     print(f"  what the soft cap 30 tanh(x/30) changes            {diffs['soft cap']:.2e}")
