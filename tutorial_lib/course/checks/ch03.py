@@ -331,9 +331,10 @@ def _fail_on_non_finite(diffs: dict[str, float], name: str, what: str) -> None:
     differences are measured at real positions only, where such outputs at padding positions would go unseen."""
     count = diffs.pop(NON_FINITE)
     if count:
-        fail(f"{what} your `{name}` gives {int(count)} NaN or infinite outputs. At a padding position: a position "
-             "before the first real item has nothing to attend to, so return zeros there (torch.nan_to_num, or "
-             "clamp the denominator); those outputs are never read, but a NaN would spread through the next layer")
+        fail(f"{what} your `{name}` gives {int(count)} NaN or infinite outputs. If they sit at padding "
+             "positions: a position before the first real item has nothing to attend to, so return zeros there "
+             "(torch.nan_to_num, or clamp the denominator); those outputs are never read, but a NaN would spread "
+             "through the next layer")
 
 
 @exercise_check
