@@ -59,6 +59,11 @@ def test_counted_block_matches_hand_counts():
                               torch.zeros(())), "diagonal must still be 1"),
     (lambda c, n: torch.where(n[:, :, None] > 0, c ** 2 / (n[:, :, None] ** 2).clamp_min(1.0), torch.zeros(()))
      .masked_fill(torch.eye(c.shape[-1], dtype=torch.bool), 1.0), "same count twice"),
+    (lambda c, n: torch.where(n[:, :, None] * n[:, None, :] > 0, c ** 2 / (n[:, :, None] * n[:, None, :]).clamp_min(1.0),
+                              torch.zeros(())) + torch.eye(c.shape[-1]), "do not add to it"),
+    (lambda c, n: torch.where(n[:, :, None] * n[:, None, :] > 0, c ** 2 / (n[:, :, None] * n[:, None, :]).clamp_min(1.0),
+                              torch.zeros(())).tril().masked_fill(torch.eye(c.shape[-1], dtype=torch.bool), 1.0),
+     "not symmetric"),
 ])
 def test_counting_kernel_mistakes(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):
@@ -68,6 +73,11 @@ def test_counting_kernel_mistakes(mistake, hint):
 @pytest.mark.filterwarnings("ignore:The use of `x.T`")     # the `.T` mistake below is what torch warns about
 @pytest.mark.parametrize("mistake, hint", [
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0 + torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1))), r"\|y0\|"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (-de * y0.abs() + torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1))),
+     "PLUS sign"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de / torch.sqrt(1 + de ** 2) * y0.abs()
+                                                 + torch.sqrt(1 - de ** 2 / (1 + de ** 2)) * (eps @ ch.transpose(-2, -1))),
+     "a second time"),
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (eps @ ch)), "transpose"),
     (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + (1 - de ** 2) * (eps @ ch.transpose(-2, -1))), "SQUARE ROOT"),
     (lambda xi, om, de, ch, y0, eps: xi + de * y0.abs() + om * torch.sqrt(1 - de ** 2) * (eps @ ch.transpose(-2, -1)),

@@ -107,6 +107,14 @@ def _diagnose_counting(case: Case, yours, expected) -> str | None:
     for key, variant in _counting_variants(*case.args).items():
         if np.allclose(mine, variant.numpy(), atol=1e-5, rtol=1e-4):
             return _COUNTING_HINTS[key]
+    if not np.allclose(np.diagonal(mine, axis1=-2, axis2=-1), 1.0):
+        return ("the diagonal is not 1 everywhere: every position of every sequence in the batch, padding included, "
+                "correlates with itself with 1. Replace the diagonal (do not add to it), e.g. "
+                "k.masked_fill(torch.eye(L, dtype=torch.bool), 1.0), which broadcasts over the batch")
+    if not np.allclose(mine, np.swapaxes(mine, -1, -2), atol=1e-6):
+        return ("the result is not symmetric: P_jl^2 / (P_j P_l) does not change when j and l swap, so K[b, j, l] "
+                "= K[b, l, j]. Compute it for every pair (j, l), both triangles, with the outer product "
+                "counts[:, :, None] * counts[:, None, :]")
     return None
 
 
@@ -194,6 +202,9 @@ def _sampler_variants(xi, omega, delta, chol, y0, eps) -> dict[str, torch.Tensor
         "omega_outside": xi + delta * y0.abs() + omega * s * y,
         "uncorrelated": xi + omega * (delta * y0.abs() + s * eps),
         "no_xi": omega * (delta * y0.abs() + s * y),
+        "minus_skew": xi + omega * (-delta * y0.abs() + s * y),
+        "delta_as_alpha": xi + omega * (delta / torch.sqrt(1 + delta ** 2) * y0.abs()
+                                        + torch.sqrt(1 - delta ** 2 / (1 + delta ** 2)) * y),
     }
 
 
@@ -218,6 +229,10 @@ _SAMPLER_HINTS = {
     "uncorrelated": "the normal part must be correlated with correlation ψ: y = eps @ chol.transpose(-2, -1), not "
                     "eps itself",
     "no_xi": "add the location ξ: z = ξ + ω ⊙ ẑ",
+    "minus_skew": "the skewed part enters with a PLUS sign, ẑ = δ|y0| + sqrt(1 - δ²) y (Eq. 13): a positive α (δ > "
+                  "0) skews the logits to the right; with a minus sign the skew points the wrong way",
+    "delta_as_alpha": "`delta` is already δ = α / sqrt(1 + α²) (the layer converts α before calling the sampler): "
+                      "use it as it is, do not apply the conversion a second time",
 }
 
 
