@@ -129,6 +129,28 @@ def test_no_diagonal_gives_nan_hint():
             _with_mask(lambda valid, L: valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()))
 
 
+def _masked_attention(logits, positions, v, valid, diagonal=0, inverted=False, multiply=False):
+    L = valid.shape[1]
+    sub = logits[:, positions][:, :, positions][None]
+    allowed = ((torch.ones(L, L, dtype=torch.bool).tril(diagonal) & valid[:, None, None, :])
+               | torch.eye(L, dtype=torch.bool))
+    if multiply:                                   # -inf * 0 is NaN at every visible key
+        w = torch.softmax(sub + float("-inf") * (~allowed).float(), dim=-1)
+    else:
+        w = torch.softmax(sub.masked_fill(allowed if inverted else ~allowed, float("-inf")), dim=-1)
+    return w @ v, w
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(diagonal=1), r"one step into the future(?s:.)*tril\(1\)"),
+    (dict(inverted=True), "no padding(?s:.)*inverted"),
+    (dict(multiply=True), r"no padding(?s:.)*-inf \* mask"),
+])
+def test_a_mask_one_step_ahead_inverted_or_multiplied_gets_its_hint(options, message):
+    with pytest.raises(CheckFailed, match=message):
+        ch04.check_positional_attention(lambda *args: _masked_attention(*args, **options))
+
+
 def test_rescaling_and_zero_fill_get_their_hints():
     def rescaled(logits, positions, v, valid):
         return positional_attention(logits / math.sqrt(v.shape[-1]), positions, v, valid)
@@ -167,6 +189,13 @@ def test_factorized_mistakes():
         ch04.check_factorized_logits(lambda f1, f2, d: f2 @ f1.transpose(-2, -1) / math.sqrt(d))
     with pytest.raises(CheckFailed, match=r"\(H, k, k\)"):
         ch04.check_factorized_logits(lambda f1, f2, d: f1.transpose(-2, -1) @ f2 / math.sqrt(d))
+    with pytest.raises(CheckFailed, match="DIVIDE"):
+        ch04.check_factorized_logits(lambda f1, f2, d: f1 @ f2.transpose(-2, -1) * math.sqrt(d))
+    with pytest.raises(CheckFailed, match="LOGITS"):
+        ch04.check_factorized_logits(lambda f1, f2, d: torch.softmax(factorized_logits(f1, f2, d), dim=-1))
+    with pytest.raises(CheckFailed, match="masks belong to positional_attention"):
+        ch04.check_factorized_logits(lambda f1, f2, d: factorized_logits(f1, f2, d).masked_fill(
+            ~torch.ones(f1.shape[1], f1.shape[1], dtype=torch.bool).tril(), float("-inf")))
 
 
 def test_factorized_rank_probe_accepts_the_librarys_soft_cap_and_rejects_full_rank():

@@ -122,6 +122,7 @@ def _variants(logits, positions, v, valid) -> dict[str, tuple[torch.Tensor, torc
     out = {
         "left": finish(logits[:, :L, :L][None], allowed),
         "no_causal": finish(sub, valid[:, None, None, :] | eye),
+        "one_ahead": finish(sub, (torch.ones(L, L, dtype=torch.bool).tril(1) & valid[:, None, None, :]) | eye),
         "no_padding": finish(sub, causal),
         "fill_zero": finish(sub, allowed, fill=0.0),
         "dim": finish(sub, allowed, dim=-2),
@@ -138,6 +139,8 @@ _PA_HINTS = {
             "the RIGHT, the most recent item is always position n - 1. Use the `positions` of the batch: "
             "logits[:, positions][:, :, positions]",
     "no_causal": "the causal mask is missing: query t must not see keys j > t (the future)",
+    "one_ahead": "query t also sees key t + 1, one step into the future: the causal mask is tril() (diagonal 0, "
+                 "keys j <= t), not tril(1)",
     "no_padding": "padding keys are not hidden: key j is visible only if valid[b, j] is True (and j <= t)",
     "fill_zero": "hidden logits were set to 0 instead of -inf: exp(0) = 1, so hidden keys still get weight",
     "dim": "the softmax runs over the wrong dimension: each query (row) distributes its weight over the keys, "
@@ -173,10 +176,15 @@ def _diagnose_pa(case: Case, yours, expected, learner=None) -> str | None:
     exp_out, exp_w = expected
     if out.shape == tuple(exp_w.shape) and w.shape == tuple(exp_out.shape) and exp_w.shape != exp_out.shape:
         return "output and weights are swapped: return (output, weights)"
-    if np.isnan(w).any():
-        return ("some rows are NaN: a padding query sees no real key, so its row is all -inf. Let every position "
-                "always see itself (| torch.eye(L, dtype=torch.bool)), as in notebook 02")
     valid = to_numpy(case.args[3])
+    if np.isnan(w).any():
+        if not valid.all():
+            return ("some rows are NaN: a padding query sees no real key, so its row is all -inf. Let every "
+                    "position always see itself (| torch.eye(L, dtype=torch.bool)), as in notebook 02")
+        return ("some rows are NaN although this batch has no padding: a row whose logits are all -inf, or a -inf "
+                "multiplied by 0 (-inf * mask gives NaN where the mask is 0: use masked_fill or torch.where). Check "
+                "that the mask is not inverted (True = visible) and that every query sees itself (j <= t, the "
+                "diagonal included)")
     if w.shape == tuple(exp_w.shape):
         wrong_rows = ~np.isclose(w, to_numpy(exp_w), atol=1e-5).all(-1)          # (B, H, L)
         if wrong_rows.any() and not (wrong_rows & valid[:, None, :]).any():
@@ -282,6 +290,12 @@ _FACT_HINTS = {
     "scale_k": "you scaled by sqrt(k) (the rank); the scale is sqrt(d_head), as for PARec's W_pos",
     "transposed": "the result is transposed: entry (i, j) is row i of F1 (the query position) times row j of F2 "
                   "(the key position): f1 @ f2.transpose(-2, -1)",
+    "times_sqrt": "you multiplied by sqrt(d_head); DIVIDE by it, as for the logits of dot-product attention",
+    "masked": "you masked the logits here: return the whole (H, n, n) matrix of logits. The causal and padding "
+              "masks belong to positional_attention (exercise 1), which cuts each batch's window out of this "
+              "matrix first",
+    "softmax": "you applied a softmax: return the LOGITS F1 F2^T / sqrt(d_head); positional_attention (exercise 1) "
+               "masks them and takes the softmax",
 }
 
 
@@ -295,8 +309,16 @@ def _diagnose_fact(case: Case, yours, expected) -> str | None:
     if y.shape == (H, k, k) and k != n:
         return "your result is (H, k, k): F1^T F2 multiplies the wrong dimensions. W_pos = F1 F2^T is (n, n)"
     raw = f1 @ f2.transpose(-2, -1)
+    scaled = raw / math.sqrt(d_head)
     variants = {"no_scale": raw, "scale_d": raw / d_head, "scale_k": raw / math.sqrt(k),
-                "transposed": (raw / math.sqrt(d_head)).transpose(-2, -1)}
+                "transposed": scaled.transpose(-2, -1), "times_sqrt": raw * math.sqrt(d_head),
+                "softmax": torch.softmax(scaled, dim=-1)}
+    future = ~np.tri(n, dtype=bool)                     # key after the query: what a causal mask hides
+    if y.shape == tuple(scaled.shape) and n > 1:
+        hidden, seen = y[:, future], y[:, ~future]
+        if ((np.isneginf(hidden) | (hidden == 0) | (hidden < -1e8)).all()
+                and np.allclose(seen, scaled.numpy()[:, ~future], atol=1e-5)):
+            return _FACT_HINTS["masked"]
     for key, value in variants.items():
         if y.shape == tuple(value.shape) and np.allclose(y, value.numpy(), atol=1e-5):
             if key == "no_scale" and k == 1:   # sqrt(k) = 1: the two mistakes look the same here
