@@ -106,7 +106,23 @@ def test_window_without_diagonal_and_plain_causal():
                                else window_mask(L, s, causal))
 
 
+def test_inverted_causal_window_is_explained():
+    with pytest.raises(CheckFailed, match="(?s)leaks the future.*inverted"):
+        ch05.check_window_mask(lambda L, s, causal: ~window_mask(L, s, causal))
+
+
 # ----------------------------------------------------------------------------- exercise 2 mistakes
+def test_channels_mixed_by_a_reshape_are_mentioned():
+    def reshaped(v, weight, bias, causal):
+        B, L, dh = v.shape
+        s = weight.shape[-1] - 1 if causal else (weight.shape[-1] - 1) // 2
+        x = F.pad(v.reshape(B, dh, L), (s, 0) if causal else (s, s))
+        return torch.relu(F.conv1d(x, weight, bias)).transpose(1, 2)
+
+    with pytest.raises(CheckFailed, match=r"(?s)leaks the future.*v\.reshape\(B, d_h, L\)"):
+        ch05.check_conv_encoder(reshaped)
+
+
 def test_centred_causal_conv_leaks_the_future():
     def centred(v, weight, bias, causal):
         s = weight.shape[-1] - 1
@@ -194,6 +210,20 @@ def test_bias_after_softmax_and_transposed_bias():
     with pytest.raises(CheckFailed, match="transposed"):
         ch05.check_distance_bias(gaussian_bias, lambda q, k, v, bias, allowed:
                                  biased_attention(q, k, v, bias.transpose(-2, -1), allowed))
+
+
+@pytest.mark.parametrize("fill, mask_of, match", [
+    (0.0, lambda allowed: ~allowed, "instead of -inf"),
+    (float("-inf"), lambda allowed: allowed, "inverted"),
+])
+def test_a_zero_fill_or_an_inverted_mask_in_biased_attention_gets_its_hint(fill, mask_of, match):
+    def wrong(q, k, v, bias, allowed):
+        logits = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias
+        w = torch.softmax(logits.masked_fill(mask_of(allowed), fill), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match=match):
+        ch05.check_distance_bias(gaussian_bias, wrong)
 
 
 def _diagonals_from_one(L, a=1.0, b=0.5):

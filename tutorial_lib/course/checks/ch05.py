@@ -106,9 +106,9 @@ def check_window_mask(window_mask) -> None:
         future = torch.triu(m.bool(), diagonal=1)
         if bool(future.any()):
             i, j = (int(x) for x in future.nonzero()[0])
-            hint = _WINDOW_HINTS["two_sided"] if torch.equal(m.bool(), _window_variants(L, s, True)["two_sided"]) \
-                else _WINDOW_HINTS["forward"] if torch.equal(m.bool(), _window_variants(L, s, True)["forward"]) \
-                else "row i of a causal window must be False at every column j > i"
+            variants = _window_variants(L, s, True)
+            known = [key for key in ("two_sided", "forward", "inverted") if torch.equal(m.bool(), variants[key])]
+            hint = _WINDOW_HINTS[known[0]] if known else "row i of a causal window must be False at every column j > i"
             fail(f"`{name}({L}, {s}, causal=True)` leaks the future: query {i} may attend to key {j} > {i}.\n"
                  f"Hint: {hint}")
     passed("causal windows: no query can see a future key (L = 5, 7, 9; s = 1, 2, 3).")
@@ -244,7 +244,9 @@ def check_conv_encoder(conv_encoder) -> None:
              f"position {t} changes too, although {t} < {j}.\nOn the causal (SASRec) backbone position t predicts the "
              "item at t + 1, which is the input at t + 1: a convolution that reads it lets the model copy the answer. "
              "Hint: a one-sided convolution pads s = taps - 1 zeros on the LEFT only, F.pad(x, (s, 0)), so the output "
-             "at i reads the rows i - s .. i (centred 'same' padding is for the bidirectional backbone)")
+             "at i reads the rows i - s .. i (centred 'same' padding is for the bidirectional backbone). If you "
+             "padded on the left already, check how you moved the channels first: v.reshape(B, d_h, L) mixes "
+             "positions and channels, v.transpose(1, 2) does not")
     passed(f"your causal `{name}` never reads the future (the outputs before every cut stay the same when the "
            "values after it change).")
     check_function(conv_encoder, reference_conv_encoder, conv_cases(), name=name, library=CONV_LIBRARY,
@@ -377,6 +379,8 @@ def _biased_variants(q, k, v, bias, allowed) -> dict[str, tuple[torch.Tensor, to
         "scale_all": finish((raw + bias) / math.sqrt(q.shape[-1])),
         "transposed": finish(logits + bias.transpose(-2, -1)),
         "no_mask": finish(logits + bias, mask=False),
+        "fill_zero": finish((logits + bias).masked_fill(~allowed, 0.0), mask=False),
+        "inverted": finish((logits + bias).masked_fill(allowed, float("-inf")), mask=False),
         "after_softmax": (after @ v, after),
     }
 
@@ -387,14 +391,19 @@ _BIASED_HINTS = {
                        "small factor RAISES it, so a multiplicative gate is no locality prior"),
     "compat_gate": ("this is the released code's multiplicative gate logits·sigmoid(p/0.1) (docs/methods.md "
                     "§5.1), not the paper's Eq. 5: add the bias to the logits, softmax(q k^T / sqrt(d_h) + p)"),
-    "log_bias": ("you added ln(bias): the bias IS already the log-mask p_{i-j} = ln σ_ij of Eq. 5, add it as it is "
-                 "(and a bias can be negative after training)"),
+    "log_bias": ("you added ln(bias), or multiplied exp(logits) by the bias, which is the same: the bias IS already "
+                 "the log-mask p_{i-j} = ln σ_ij of Eq. 5, add it to the logits as it is (and a bias can be negative "
+                 "after training)"),
     "times_exp": "exp(w)·σ = exp(w + p): add p to the logits (before the softmax), do not multiply",
     "no_bias": "the bias is not used: add it to the scaled logits before masking and the softmax",
     "no_scale": "the dot products are not scaled: logits = q k^T / sqrt(d_h), then add the bias",
     "scale_all": "only q k^T is divided by sqrt(d_h); the bias is added after the scaling, unscaled",
     "transposed": "the bias is transposed: bias[i, j] belongs to query i (row) and key j (column); add it as given",
     "no_mask": "the mask is not applied: hide the keys where `allowed` is False (set to -inf) before the softmax",
+    "fill_zero": "hidden keys were set to 0 instead of -inf: exp(0) = 1, so they still get weight. Fill them with "
+                 "-inf before the softmax",
+    "inverted": "the mask is inverted: `allowed` is True where a key may be SEEN; hide the others, "
+                "masked_fill(~allowed, -inf)",
     "after_softmax": "the bias goes INTO the softmax (added to the logits), not onto the weights after it",
 }
 
