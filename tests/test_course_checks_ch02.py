@@ -85,6 +85,28 @@ def test_attention_masked_with_zero_gets_the_hint():
         ch02.check_attention(zero_fill)
 
 
+@pytest.mark.parametrize("fill", [-20.0, -100.0])
+def test_attention_masked_with_a_finite_fill_is_caught(fill):
+    """A finite fill is 'small' only next to logits near 0: the case with strongly negative logits catches it."""
+    def finite(q, k, v, allowed):
+        w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, fill), dim=-1)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="(?s)strongly negative.*-inf"):
+        ch02.check_attention(finite)
+
+
+def test_attention_masked_with_a_huge_negative_number_passes(capsys):
+    """-1e9 or the TF code's -2^32 + 1 lose to every logit, like -inf."""
+    def huge(q, k, v, allowed):
+        w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~allowed, -2.0 ** 32 + 1),
+                          dim=-1)
+        return w @ v, w
+
+    ch02.check_attention(huge)
+    assert "matches the library" in capsys.readouterr().out
+
+
 def test_leaky_masks_are_caught_with_an_explanation():
     with pytest.raises(CheckFailed, match="(?s)leaks from the future.*transpose"):
         ch02.check_causal_mask(lambda L: torch.ones(L, L, dtype=torch.bool).triu())

@@ -62,6 +62,11 @@ def attention_cases(seed: int = 0) -> list[Case]:
     ids = torch.tensor([[0, 0, 3, 7, 2, 9], [4, 1, 8, 6, 5, 2]])
     q, k, v = _qkv(rng, 2, 3, 6, 4)
     cases.append(Case((q, k, v, reference_allowed_mask(ids)), label="left padding + causal mask of shape (B, 1, L, L)"))
+    q, k, v = _qkv(rng, 1, 2, 5, 4)
+    q = -8.0 * k.abs().sum(-2, keepdim=True).expand_as(q)      # every logit q.k below about -20: hidden keys must
+    k = k.abs() + 1.0                                           # lose to them, so a finite fill (-20, -100) is not enough
+    cases.append(Case((q, k, v, reference_causal_mask(5)), label="every logit strongly negative (about -80 to -180): "
+                                                                  "is a hidden key really at -inf?"))
     for _ in range(4):
         B, H, L, dh = (int(x) for x in rng.integers([1, 1, 2, 2], [4, 5, 10, 17]))
         q, k, v = _qkv(rng, B, H, L, dh, scale=float(rng.uniform(0.5, 2.0)))
@@ -116,7 +121,8 @@ _ATTENTION_HINTS = {
                     "of the LAST dimension of q",
     "dim": "the softmax runs over the wrong dimension: each QUERY (row) distributes its attention over the keys, "
            "so normalise over the last dimension (dim=-1)",
-    "fill_zero": "masked logits were set to 0 instead of -inf: exp(0) = 1, so hidden keys still get weight. Use "
+    "fill_zero": "hidden keys still get weight: their logits were set to 0 (exp(0) = 1), or to a finite number that "
+                 "is not small next to strongly negative logits (such as -20), instead of -inf. Use "
                  "logits.masked_fill(~allowed, float('-inf'))",
     "inverted": "the mask is inverted: `allowed` is True where a query MAY look, so hide the positions where it is "
                 "False (masked_fill(~allowed, -inf))",
@@ -146,6 +152,12 @@ def _diagnose_attention(case: Case, yours, expected) -> str | None:
             return _ATTENTION_HINTS[key]
     if w_np.shape == tuple(exp_w.shape) and np.allclose(w_np, exp_w.numpy(), atol=1e-5):
         return "the weights are right but the output is not: the output is weights @ v"
+    allowed = case.args[3]
+    hidden = np.broadcast_to(~to_numpy(allowed), w_np.shape) if w_np.shape == tuple(exp_w.shape) else None
+    if hidden is not None and hidden.any() and (w_np[hidden] > 1e-3).any():
+        return ("hidden keys get weight when every logit is strongly negative: a finite fill value (e.g. -20 or "
+                "-100) is only 'small' next to logits near 0. Fill with float('-inf') (or torch.finfo(dtype).min), "
+                "which no logit can be below")
     return None
 
 
@@ -221,9 +233,9 @@ def check_causal_mask(causal_mask) -> None:
                  "diagonal included")
         if not bool(mask.diagonal().all()):
             t = int((~mask.diagonal()).nonzero()[0, 0])
-            fail(f"`{name}({L})` hides position {t} from itself (mask[{t}, {t}] is False). Position 0 would then "
-                 "see no key at all: its softmax runs over a row of -inf and returns NaN. Position t may look at "
-                 "every j <= t, itself included (the diagonal is True)")
+            fail(f"`{name}({L})` hides position {t} from itself (mask[{t}, {t}] is False). Position t may look at "
+                 "every j <= t, itself included (the diagonal is True); without the diagonal, position 0 would see "
+                 "no key at all, and its softmax over a row of -inf returns NaN")
         leak = prove_no_leakage(mask)
         if leak is not None:
             t, j = leak
