@@ -46,6 +46,8 @@ def test_stub_is_reported_without_raising(check, capsys):
 @pytest.mark.parametrize("mistake, hint", [
     (lambda r, k: torch.where(r <= k, 1.0 / torch.log2(r.double() + 2), torch.zeros(len(r), dtype=torch.float64)),
      "off by one in the cut-off"),
+    (lambda r, k: torch.where(r + 1 < k, 1.0 / torch.log2(r.double() + 2), torch.zeros(len(r), dtype=torch.float64)),
+     "the other way: rank k - 1"),                                   # 1-based positions, but `<` kept
     (lambda r, k: torch.where(r < k, 1.0 / torch.log2(r.double() + 1), torch.zeros(len(r), dtype=torch.float64)),
      "off by one in the discount"),
     (lambda r, k: torch.where(r < k, 1.0 / torch.log(r.double() + 2), torch.zeros(len(r), dtype=torch.float64)),

@@ -42,6 +42,7 @@ def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
     with np.errstate(divide="ignore"):
         return {
             "cutoff": np.where(r <= k, 1.0 / np.log2(r + 2.0), 0.0),
+            "cutoff_early": np.where(r < k - 1, 1.0 / np.log2(r + 2.0), 0.0),
             "one_based": np.where(hit, 1.0 / np.log2(r + 1.0), 0.0),
             "one_based_cutoff": np.where(r <= k, 1.0 / np.log2(r + 1.0), 0.0),
             "ln": np.where(hit, 1.0 / np.log(r + 2.0), 0.0),
@@ -56,6 +57,9 @@ def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
 NDCG_HINTS = {
     "cutoff": ("off by one in the cut-off: ranks are 0-based, so rank k is the (k+1)-th position and lies OUTSIDE "
                "the top K. Keep `ranks < k`, not `ranks <= k`."),
+    "cutoff_early": ("off by one in the cut-off, the other way: rank k - 1 is the K-th position and lies INSIDE the "
+                     "top K. With 0-based ranks the test is `ranks < k` (with 1-based positions p = rank + 1 it is "
+                     "`p <= k`)."),
     "one_based": ("off by one in the discount: with 0-based ranks the top position (rank 0) must score "
                   "1 / log2(0 + 2) = 1. `log2(rank + 1)` is the formula for 1-based positions (and divides by "
                   "log2(1) = 0 at the top)."),
@@ -86,8 +90,9 @@ def _diagnose_ndcg(case: Case, yours, expected, learner=None) -> str | None:
         return f"the result must have the shape of `ranks`, {tuple(ranks.shape)}"
     matches = [name for name, variant in _ndcg_variants(ranks, k).items()
                if np.allclose(mine, variant, atol=1e-6, equal_nan=True) and not np.allclose(variant, to_numpy(expected))]
-    if len(matches) > 1 and learner is not None:
-        # this case cannot tell the mistakes apart (e.g. rank == k): ask the learner's function about more ranks
+    if matches and learner is not None:
+        # one case cannot tell the mistakes apart (e.g. rank == k, or rank k - 1 under a fixed cut-off of 5): ask
+        # the learner's function about more ranks, and keep only the mistakes that explain all of them
         probe = torch.arange(max(3 * k + 3, 3 * max(FIXED_CUTOFFS)))   # past every fixed cut-off too
         try:
             theirs = to_numpy(learner(probe.clone(), k)).astype(np.float64)
@@ -95,8 +100,7 @@ def _diagnose_ndcg(case: Case, yours, expected, learner=None) -> str | None:
             theirs = None
         if theirs is not None and theirs.shape == probe.shape:
             variants = _ndcg_variants(probe.numpy(), k)
-            narrowed = [m for m in matches if np.allclose(theirs, variants[m], atol=1e-6, equal_nan=True)]
-            matches = narrowed or matches
+            matches = [m for m in matches if np.allclose(theirs, variants[m], atol=1e-6, equal_nan=True)]
     return NDCG_HINTS[matches[0]] if matches else None
 
 
@@ -158,8 +162,9 @@ RANK_HINTS = {
 
 
 TIE_ORDER_HINT = ("each of your ranks lies within the target's group of tied scores, but not always at its bottom: "
-                  "ties are broken by wherever a sort (argsort, topk) happened to put them. The course ranks ties "
-                  "pessimistically, without sorting: count the OTHER candidates whose score is >= the target's.")
+                  "ties are not broken pessimistically (a sort such as argsort or topk puts them anywhere in the "
+                  "group; an average rank puts them in its middle). The course ranks ties pessimistically, without "
+                  "sorting: count the OTHER candidates whose score is >= the target's.")
 
 
 NAN_HINT = ("every comparison with NaN is False, so with `>=` a NaN target beats every candidate and a NaN "
