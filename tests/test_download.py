@@ -204,16 +204,26 @@ def test_http_complete_partial_file(tmp_path, server):
 # ensure_dataset
 
 
-def test_missing_dataset_gives_instructions(tmp_path):
+def test_missing_dataset_gives_instructions(tmp_path, monkeypatch):
+    """The commands name the data folder when it was given explicitly (--data-dir, root=), which overrides
+    SEQREC_DATA_DIR; found through SEQREC_DATA_DIR, the plain command and the variable are the remedy."""
+    monkeypatch.delenv("SEQREC_DATA_DIR", raising=False)
     with pytest.raises(DatasetUnavailableError) as info:
         ensure_dataset("beauty", root=tmp_path, download=False)
     msg = str(info.value)
     spec = get_spec("beauty")
     assert "Beauty.txt" in msg and spec.main_file.urls[0] in msg
     assert str(tmp_path / "Beauty") in msg
-    assert "python -m tutorial_lib datasets --download beauty" in msg
-    assert "SEQREC_DATA_DIR" in msg
+    assert f"python -m tutorial_lib datasets --download beauty --data-dir {tmp_path}`" in msg
+    assert f"root={str(tmp_path)!r}" in msg and "give --data-dir" in msg and "SEQREC_DATA_DIR" not in msg
     assert not (tmp_path / "Beauty").exists()  # nothing created without download=True
+
+    monkeypatch.setenv("SEQREC_DATA_DIR", str(tmp_path))
+    with pytest.raises(DatasetUnavailableError) as info:
+        ensure_dataset("beauty", download=False)
+    msg = str(info.value)
+    assert "python -m tutorial_lib datasets --download beauty`" in msg and "--data-dir" not in msg
+    assert "set SEQREC_DATA_DIR" in msg
 
 
 def test_missing_files_names_the_required_files_only(tmp_path):
@@ -261,7 +271,7 @@ def test_failed_download_does_not_suggest_the_same_command(tmp_path, monkeypatch
     with pytest.raises(DatasetUnavailableError) as info:
         ensure_dataset("tiny", root=tmp_path / "data", download=True)
     msg = str(info.value)
-    assert gone in msg and str(tmp_path / "data" / "Tiny") in msg and "SEQREC_DATA_DIR" in msg
+    assert gone in msg and str(tmp_path / "data" / "Tiny") in msg and "give --data-dir" in msg
     assert "datasets --download tiny" not in msg and "download again once the source can be reached" in msg
 
 

@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from tutorial_lib.data.paths import ENV_VAR, dataset_folder, default_cache_dir
+from tutorial_lib.data.paths import ENV_VAR, data_dir, dataset_folder, default_cache_dir
 from tutorial_lib.data.registry import DatasetSpec, FileSpec, get_spec
 from tutorial_lib.errors import ChecksumError, DatasetUnavailableError
 
@@ -230,6 +230,8 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
     rather than to run the download command."""
     lines = [f"Dataset {spec.name!r} ({spec.title}) is not available: missing in {folder}/:"]
     root = folder.parent
+    # a folder other than the one the default resolution finds (--data-dir, data_dir=): the commands must name it
+    named_root = f" --data-dir {root}" if root != data_dir() else ""
     if root.name == spec.folder:
         lines[0] += (f"\n  (the data directory {root} looks like the dataset's own folder: name the folder that holds "
                      f"'{spec.folder}/', i.e. {root.parent})")
@@ -237,7 +239,8 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
         lines[0] += f"\n  (the data directory {root} does not exist: is the path, or {ENV_VAR}, spelt right?)"
     for f in missing:
         lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
-        lines.append(f"      sha256: {f.sha256 or 'unknown (' + f.note + ')'}")
+        note = f.note.removeprefix("sha256 unknown: ")
+        lines.append(f"      sha256: {f.sha256 or 'unknown (' + note + ')'}")
         if f.git_blob:
             lines.append(f"      git blob id: {f.git_blob} (`git hash-object {f.filename}` prints it)")
         srcs = file_sources(f)
@@ -246,10 +249,12 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
         "To make it available, do one of:",
         (f"  - run the download again once the source can be reached (a partial file resumes where it stopped);"
          if download_failed else
-         f"  - run `python -m tutorial_lib datasets --download {spec.name}` "
-         f"(or call load_dataset({spec.name!r}, download=True));"),
+         f"  - run `python -m tutorial_lib datasets --download {spec.name}{named_root}` "
+         f"(or call load_dataset({spec.name!r}{', root=' + repr(str(root)) if named_root else ''}, download=True));"),
         f"  - download the file(s) above by hand into {folder}/;",
-        f"  - set {ENV_VAR} to a data folder that already has a '{spec.folder}/' sub-folder with these files.",
+        (f"  - give --data-dir (root= in Python) a data folder that already has a '{spec.folder}/' sub-folder with "
+         "these files." if named_root else
+         f"  - set {ENV_VAR} to a data folder that already has a '{spec.folder}/' sub-folder with these files."),
         f"Terms: {spec.licence}",
     ]
     return "\n".join(lines)

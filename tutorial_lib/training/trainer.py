@@ -34,7 +34,8 @@ WEIGHTINGS = ("target", "batch")
 QUIET_ENV = "TUTORIAL_LIB_QUIET"
 #: why negatives and the full cross-entropy do not go together (raised by TrainConfig and the benchmark's plan)
 NEGATIVES_WITH_FULL_CE = ("n_negatives (--negatives) is for the sampled losses 'bce' and 'sampled-ce'; loss 'ce' "
-                          "scores every item and samples nothing: leave the negatives out or choose a sampled loss")
+                          "scores every item and samples nothing: leave the negatives out or choose a sampled loss "
+                          "(--loss bce or --loss sampled-ce)")
 
 
 @dataclass
@@ -208,7 +209,8 @@ def training_device(config: TrainConfig) -> torch.device:
         raise ConfigError(f"precision='fp16' is CUDA's mixed precision (autocast with a loss scaler), but training "
                           f"runs on {device.type}: there fp16 has no loss scaler, so small gradients "
                           f"underflow to zero, and on a CPU an epoch took about 10x as long as at fp32. Use "
-                          f"precision='bf16' (autocast on CPU or GPU) or 'fp32'")
+                          f"precision='bf16' (autocast on CPU or GPU) or 'fp32' (on the command line, --precision bf16 or "
+                          f"--precision fp32)")
     return device
 
 

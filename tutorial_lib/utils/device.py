@@ -23,9 +23,11 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("device 'cuda' was requested but no CUDA GPU is visible; use device='auto' or 'cpu'")
+        raise ConfigError("device 'cuda' was requested but no CUDA GPU is visible; use device='auto' or 'cpu' (on the "
+                          "command line, --device auto or --device cpu)")
     if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigError("device 'mps' was requested but MPS is not available; use device='auto' or 'cpu'")
+        raise ConfigError("device 'mps' was requested but MPS is not available; use device='auto' or 'cpu' (on the "
+                          "command line, --device auto or --device cpu)")
     try:
         return torch.device(name)
     except RuntimeError as exc:
