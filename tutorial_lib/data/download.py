@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
+import shlex
 import shutil
 import sys
 import urllib.error
@@ -230,8 +231,8 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
     rather than to run the download command."""
     lines = [f"Dataset {spec.name!r} ({spec.title}) is not available: missing in {folder}/:"]
     root = folder.parent
-    # a folder other than the one the default resolution finds (--data-dir, data_dir=): the commands must name it
-    named_root = f" --data-dir {root}" if root != data_dir() else ""
+    # a folder other than the one the default resolution finds (--data-dir, root=): the commands must name it
+    named_root = f" --data-dir {shlex.quote(str(root))}" if root != data_dir() else ""
     if root.name == spec.folder:
         lines[0] += (f"\n  (the data directory {root} looks like the dataset's own folder: name the folder that holds "
                      f"'{spec.folder}/', i.e. {root.parent})")

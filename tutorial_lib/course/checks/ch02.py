@@ -63,8 +63,8 @@ def attention_cases(seed: int = 0) -> list[Case]:
     q, k, v = _qkv(rng, 2, 3, 6, 4)
     cases.append(Case((q, k, v, reference_allowed_mask(ids)), label="left padding + causal mask of shape (B, 1, L, L)"))
     q, k, v = _qkv(rng, 1, 2, 5, 4)
-    q = -8.0 * k.abs().sum(-2, keepdim=True).expand_as(q)      # every logit q.k below about -20: hidden keys must
-    k = k.abs() + 1.0                                           # lose to them, so a finite fill (-20, -100) is not enough
+    q = -8.0 * k.abs().sum(-2, keepdim=True).expand_as(q)      # every scaled logit far below 0 (about -80 to -180):
+    k = k.abs() + 1.0                                           # a finite fill (-20, -100) then beats the visible keys
     cases.append(Case((q, k, v, reference_causal_mask(5)), label="every logit strongly negative (about -80 to -180): "
                                                                   "is a hidden key really at -inf?"))
     for _ in range(4):
