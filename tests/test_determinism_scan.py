@@ -10,6 +10,7 @@ kernels differ between CPU and CUDA and cannot be seen here; tests/test_cuda.py 
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 import torch
@@ -23,8 +24,8 @@ from tutorial_lib.training import TrainConfig, Trainer
 MAX_LEN = 10
 
 #: ATen operations with no deterministic CUDA kernel in torch 2.13 (``torch.use_deterministic_algorithms``' list
-#: of operations that raise; the name torch's error gives is in brackets where it differs). Each maps to a test
-#: of its arguments: ``None`` means any call raises.
+#: of operations that raise). Each maps to a test of its arguments, read by name from the operation's schema:
+#: ``None`` means any call raises.
 RAISES_ON_CUDA = {
     "avg_pool3d_backward": None,
     "_adaptive_avg_pool2d_backward": None,
@@ -48,11 +49,11 @@ RAISES_ON_CUDA = {
     "put": None,
     "histc": None,
     # a loss over (B, C, L) logits reduced to a number (nll_loss2d_forward_out_cuda_template)
-    "nll_loss2d_forward": lambda args, kwargs: _argument(args, kwargs, 3, "reduction", 1) != 0,
-    "bincount": lambda args, kwargs: _argument(args, kwargs, 1, "weights", None) is not None,
-    "median": lambda args, kwargs: len(args) > 1 or "dim" in kwargs,          # the overloads that return indices
-    "scatter_reduce": lambda args, kwargs: _argument(args, kwargs, 3, "reduce", None) == "prod",
-    "_embedding_bag_backward": lambda args, kwargs: _argument(args, kwargs, 7, "mode", 0) == 2,  # mode="max"
+    "nll_loss2d_forward": lambda argument: argument("reduction", 1) != 0,
+    "bincount": lambda argument: argument("weights", None) is not None,
+    "median": lambda argument: argument("dim", None) is not None,          # the overloads that return indices
+    "scatter_reduce": lambda argument: argument("reduce", None) == "prod",
+    "_embedding_bag_backward": lambda argument: argument("mode", 0) == 2,  # mode="max"
 }
 #: deterministic on CUDA in recent torch, not in older releases (README, "Test"): reported, not refused
 VERSION_DEPENDENT = {"cumsum"}
@@ -60,9 +61,14 @@ VERSION_DEPENDENT = {"cumsum"}
 CUMSUM_FAMILIES = {"lightsans", "lightsans-ape", "locker-adapt", "rksa"}
 
 
-def _argument(args: tuple, kwargs: dict, position: int, name: str, default):
+def _argument(func, args: tuple, kwargs: dict, name: str, default):
+    """The value of argument ``name`` of a call of the ATen operation ``func``, or ``default`` when not given."""
     if name in kwargs:
         return kwargs[name]
+    names = [a.name for a in func._schema.arguments]
+    if name not in names:
+        return default
+    position = names.index(name)
     return args[position] if len(args) > position else default
 
 
@@ -80,8 +86,10 @@ class OperationRecorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = func.overloadpacket.__name__
         self.names.add(name)
-        if name in RAISES_ON_CUDA and (RAISES_ON_CUDA[name] is None or RAISES_ON_CUDA[name](args, kwargs)):
-            self.raises_on_cuda.add(name)
+        if name in RAISES_ON_CUDA:
+            condition = RAISES_ON_CUDA[name]
+            if condition is None or condition(partial(_argument, func, args, kwargs)):
+                self.raises_on_cuda.add(name)
         if name.rstrip("_") in VERSION_DEPENDENT and args[0].is_floating_point():
             self.float_cumsum = True
         return func(*args, **kwargs)
@@ -121,6 +129,16 @@ def test_the_recorder_sees_backward_operations_and_cumsum():
         torch.rand(4).cumsum(0)
     assert padded.raises_on_cuda == {"reflection_pad1d_backward"}
     assert not counted.float_cumsum and summed.float_cumsum
+
+
+def test_the_recorder_reads_arguments_by_name():
+    """scatter_reduce raises on CUDA with reduce='prod' only; its reduce is the fifth positional argument."""
+    index = torch.tensor([0, 1, 0])
+    with OperationRecorder() as product:
+        torch.zeros(2).scatter_reduce(0, index, torch.ones(3), reduce="prod")
+    with OperationRecorder() as total:
+        torch.zeros(2).scatter_reduce(0, index, torch.ones(3), reduce="sum")
+    assert product.raises_on_cuda == {"scatter_reduce"} and not total.raises_on_cuda
 
 
 @pytest.mark.parametrize("name", FAMILIES)
