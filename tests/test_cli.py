@@ -389,6 +389,8 @@ def test_the_renamed_parameters_are_real_flags():
 @pytest.mark.parametrize("argv, hint", [
     (["--model", "sasrc"], "unknown model 'sasrc' (did you mean 'sasrec'?)"),
     (["--dataset", "ml1m"], "unknown dataset 'ml1m' (did you mean 'ml-1m'?)"),
+    (["--dataset", "movielens"], "unknown dataset 'movielens' (did you mean 'ml-1m' or 'ml-100k'?)"),
+    (["--dataset", "Video_Games"], "unknown dataset 'Video_Games' (did you mean 'video'?)"),
     (["--option", "dropot=0.1"], "no option(s) ['dropot'] (did you mean 'dropout'?)"),
 ])
 def test_a_misspelt_name_gets_a_suggestion(tmp_path, capsys, argv, hint):

@@ -97,6 +97,31 @@ def test_unknown_name_lists_valid_names():
     for name in NAMES:
         assert name in msg
     assert isinstance(info.value, KeyError)
+    assert "did you mean" not in msg                     # nothing registered is close to it
+
+
+@pytest.mark.parametrize("typed, meant", [
+    ("MovieLens-1M", ["ml-1m"]),                        # words of the title
+    ("ML_1M", ["ml-1m"]),                               # the same letters and digits
+    ("movielens", ["ml-1m", "ml-100k"]),                # both MovieLens files, in registry order
+    ("amazon beauty", ["beauty", "beauty-locker"]),
+    ("sports_and_outdoors", ["sports"]),                # filler words ("and") are not needed
+    ("Video Games", ["video"]),
+    ("beuty", ["beauty"]),                              # a misspelling of a name
+    ("sasrec", []),                                     # a title's bracketed provenance is not searched
+])
+def test_an_unknown_dataset_name_suggests_what_it_meant(typed, meant):
+    from tutorial_lib.data.registry import dataset_titles
+    from tutorial_lib.errors import close_names
+
+    assert close_names(typed, dataset_names(), dataset_titles()) == meant
+    with pytest.raises(UnknownNameError) as info:
+        get_spec(typed)
+    message = str(info.value)
+    if meant:
+        assert f"(did you mean {' or '.join(map(repr, meant))}?)" in message
+    else:
+        assert "did you mean" not in message
 
 
 def test_data_dir_lookup_order(tmp_path, monkeypatch):

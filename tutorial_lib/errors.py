@@ -2,26 +2,63 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 
 class TutorialLibError(Exception):
     """Base class of every error the library raises on purpose."""
 
 
-def did_you_mean(name: str, valid: Iterable[str]) -> str:
-    """`` (did you mean 'sasrec'?)`` when ``name`` is a likely misspelling of a valid name, else ``""``."""
+_FILLER_WORDS = frozenset({"and", "the", "of", "version", "preprocessing"})
+
+
+def _words(text: str) -> set[str]:
+    """The lower-case letter/digit runs of ``text``: ``"MovieLens 1M (SASRec)"`` -> {movielens, 1m, sasrec}."""
+    return set(re.findall(r"[a-z0-9]+", str(text).lower()))
+
+
+def _squeezed(text: str) -> str:
+    """``text`` without case and without anything but letters and digits: ``"ML_1M"`` -> ``"ml1m"``."""
+    return "".join(re.findall(r"[a-z0-9]+", str(text).lower()))
+
+
+def close_names(name: str, valid: Iterable[str], descriptions: Mapping[str, str] | None = None) -> list[str]:
+    """The valid names ``name`` most likely meant, best first; ``[]`` when none is close.
+
+    Tried in order: the same letters and digits (``ML_1M`` -> ``ml-1m``); every word of ``name`` among the words of
+    a valid name and its description (``movielens`` -> ``ml-1m``, ``ml-100k`` through their titles); a spelling
+    close to one or two valid names (``sasrc`` -> ``sasrec``)."""
+    valid = list(valid)
+    same = [v for v in valid if _squeezed(v) == _squeezed(name)]
+    if same:
+        return same
+    words = _words(name) - _FILLER_WORDS
+    if descriptions and words:
+        hits = [v for v in valid if words <= _words(f"{v} {descriptions.get(v, '')}")]
+        if hits:
+            return hits
     lower = {v.lower(): v for v in valid}
-    close = difflib.get_close_matches(str(name).strip().lower(), list(lower), n=2, cutoff=0.7)
-    return f" (did you mean {' or '.join(repr(lower[c]) for c in close)}?)" if close else ""
+    return [lower[c] for c in difflib.get_close_matches(str(name).strip().lower(), list(lower), n=2, cutoff=0.7)]
+
+
+def did_you_mean(name: str, valid: Iterable[str], descriptions: Mapping[str, str] | None = None) -> str:
+    """`` (did you mean 'sasrec'?)`` when ``name`` is likely meant as a valid name (:func:`close_names`), else
+    ``""``. ``descriptions`` (name -> title) lets a word of a title find its name."""
+    close = close_names(name, valid, descriptions)
+    if not close:
+        return ""
+    quoted = [repr(c) for c in close]
+    return f" (did you mean {quoted[0] if len(quoted) == 1 else ', '.join(quoted[:-1]) + ' or ' + quoted[-1]}?)"
 
 
 class UnknownNameError(TutorialLibError, KeyError):
     """A model, dataset or option name that is not registered."""
 
-    def __init__(self, kind: str, name: str, valid: Iterable[str]):
+    def __init__(self, kind: str, name: str, valid: Iterable[str], descriptions: Mapping[str, str] | None = None):
+        valid = list(valid)
         self.kind, self.name, self.valid = kind, name, sorted(valid)
-        super().__init__(f"unknown {kind} {name!r}{did_you_mean(name, self.valid)}; valid {kind}s are: "
+        super().__init__(f"unknown {kind} {name!r}{did_you_mean(name, valid, descriptions)}; valid {kind}s are: "
                          f"{', '.join(self.valid)}")
 
     def __str__(self) -> str:  # KeyError would otherwise add quotes around the message

@@ -378,11 +378,17 @@ def dataset_names() -> list[str]:
     return list(DATASETS)
 
 
+def dataset_titles() -> dict[str, str]:
+    """``{name: title}`` of every registered dataset without the title's bracketed provenance, e.g. ``"ml-1m":
+    "MovieLens 1M"``: the words a user may type for it."""
+    return {name: spec.title.split(" (")[0] for name, spec in DATASETS.items()}
+
+
 def get_spec(name: str | DatasetSpec) -> DatasetSpec:
     """The :class:`DatasetSpec` for ``name`` (case-insensitive)."""
     if isinstance(name, DatasetSpec):
         return name
     key = str(name).strip().lower()
     if key not in DATASETS:
-        raise UnknownNameError("dataset", str(name), DATASETS)
+        raise UnknownNameError("dataset", str(name), DATASETS, dataset_titles())
     return DATASETS[key]
