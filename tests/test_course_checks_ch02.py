@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tutorial_lib.course.checks import CheckFailed, ExerciseNotDone, ch02
 
@@ -24,6 +25,11 @@ def allowed_mask(item_ids):
     return (item_ids.ne(0)[:, None, None, :] & causal_mask(L)) | torch.eye(L, dtype=torch.bool)
 
 
+def valid_ce(hidden, targets, items):
+    mask = targets.ne(0)
+    return F.cross_entropy(hidden[mask] @ items[1:].T, targets[mask] - 1)
+
+
 def stub(*args):
     raise NotImplementedError()
 
@@ -33,12 +39,13 @@ def test_references_pass(capsys):
     ch02.check_causal_mask(causal_mask)
     ch02.check_allowed_mask(allowed_mask)
     ch02.check_attention_in_heads(attention)
+    ch02.check_valid_ce(valid_ce)
     out = capsys.readouterr().out
-    assert out.count("✅") == 5 and "no future leakage" in out
+    assert out.count("✅") == 6 and "no future leakage" in out and "value and gradients" in out
 
 
 @pytest.mark.parametrize("check", [ch02.check_attention, ch02.check_causal_mask, ch02.check_allowed_mask,
-                                   ch02.check_attention_in_heads])
+                                   ch02.check_attention_in_heads, ch02.check_valid_ce])
 def test_stub_is_reported_without_raising(check, capsys):
     check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
     assert "library's version" in capsys.readouterr().out
@@ -211,3 +218,32 @@ def test_an_unrelated_error_gets_no_dot_t_hint_from_a_comment():
     with pytest.raises(CheckFailed) as failure:
         ch02.check_attention(wrong_dim)
     assert "raised TypeError" in str(failure.value) and "`.T`" not in str(failure.value)
+
+
+def _flat(hidden):
+    return hidden.reshape(-1, hidden.shape[-1])
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda h, t, i: F.cross_entropy(_flat(h) @ i.T, t.reshape(-1)), "padding positions are in the mean"),
+    (lambda h, t, i: F.cross_entropy(_flat(h) @ i.T, t.reshape(-1), ignore_index=0), "row 0 of items is the padding"),
+    (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i.T, t[t.ne(0)]), "row 0 of items is the padding item"),
+    (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i[1:].T, t[t.ne(0)] - 1, reduction="sum") / t.numel(),
+     "divided by all B.L positions"),
+    (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i[1:].T, t[t.ne(0)] - 1, reduction="sum"), "summed the losses"),
+    (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i[1:].T, t[t.ne(0)]), "the classes are targets - 1"),
+    (lambda h, t, i: -torch.log(torch.exp(h[t.ne(0)] @ i[1:].T) / torch.exp(h[t.ne(0)] @ i[1:].T).sum(-1, True)
+                                ).gather(1, t[t.ne(0)][:, None] - 1).mean(), "not finite where the logits are large"),
+    (lambda h, t, i: valid_ce(h.detach(), t, i.detach()), "not connected to the model"),
+    (lambda h, t, i: torch.tensor(valid_ce(h, t, i).item()), "not connected to the model"),
+    (lambda h, t, i: valid_ce(h, t, i.detach()), "not the library's gradient with respect to items"),
+])
+def test_valid_ce_mistakes_get_their_hint(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        ch02.check_valid_ce.__wrapped__(wrong)
+
+
+def test_valid_ce_cases_include_an_empty_row_and_a_target_in_the_last_column():
+    cases = ch02.valid_ce_cases()
+    assert any(bool(c.args[1].eq(0).all(dim=1).any()) for c in cases)
+    assert any(int(c.args[1].max()) == c.args[2].shape[0] - 1 for c in cases)
