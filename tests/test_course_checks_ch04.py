@@ -24,6 +24,11 @@ def factorized_logits(f1, f2, d_head):
     return f1 @ f2.transpose(-2, -1) / math.sqrt(d_head)
 
 
+def attention_parameters(name, d, h, n, k):
+    linear = d * d + d
+    return {"sasrec": 4 * linear, "parec": linear + h * n * n, "fparec": linear + 2 * h * n * k, "pattern": linear}[name]
+
+
 def stub(*args):
     raise NotImplementedError()
 
@@ -75,8 +80,9 @@ def test_references_pass(capsys):
     ch04.check_positional_attention(positional_attention)
     ch04.check_factorized_logits(factorized_logits)
     ch04.check_in_fparec(factorized_logits, positional_attention)
+    ch04.check_attention_parameters(attention_parameters)
     out = capsys.readouterr().out
-    assert out.count("✅") == 5 and "no leakage" in out and "rank" in out
+    assert out.count("✅") == 6 and "no leakage" in out and "rank" in out and "4 models x 4 settings" in out
 
 
 def test_check_in_fparec_falls_back_on_the_library_for_exercise_1(capsys):
@@ -94,7 +100,7 @@ def test_check_in_fparec_tests_exercise_1_alone_when_exercise_2_is_not_done(caps
 
 
 @pytest.mark.parametrize("check", [ch04.check_positional_attention, ch04.check_factorized_logits,
-                                   ch04.check_in_fparec])
+                                   ch04.check_in_fparec, ch04.check_attention_parameters])
 def test_stub_is_reported_without_raising(check, capsys):
     check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
     assert "library's version" in capsys.readouterr().out
@@ -239,3 +245,32 @@ def test_zeros_for_the_padding_rows_are_explained():
     with pytest.raises(CheckFailed, match="only the rows of padding queries differ") as failure:
         ch04.check_positional_attention(nan_to_zero)
     assert "masking looks wrong" not in str(failure.value)
+
+
+# ----------------------------------------------------------------------------- typical mistakes of exercise 3
+def _counts(**changed):
+    """attention_parameters with some of its four formulas replaced by ``changed[name](d, h, n, k)``."""
+    def count(name, d, h, n, k):
+        return changed[name](d, h, n, k) if name in changed else attention_parameters(name, d, h, n, k)
+    return count
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_counts(sasrec=lambda d, h, n, k: 4 * d * d), "count the biases too"),
+    (_counts(sasrec=lambda d, h, n, k: 3 * (d * d + d)), "SASRec paper's .and its TF code's. count, without W_O"),
+    (_counts(sasrec=lambda d, h, n, k: 4 * (d * d // h + d)), "the heads split the width"),
+    (_counts(parec=lambda d, h, n, k: d * d + d + n * n), "its own position pattern: multiply by h"),
+    (_counts(parec=lambda d, h, n, k: d * d + d + h * n * (n + 1) // 2), "stores the full n x n matrix"),
+    (_counts(parec=lambda d, h, n, k: 3 * (d * d + d) + h * n * n), "no query or key projection"),
+    (_counts(fparec=lambda d, h, n, k: d * d + d + h * n * k), "two factors per head"),
+    (_counts(pattern=lambda d, h, n, k: 3 * (d * d + d)), "no query or key projection"),
+])
+def test_parameter_count_mistakes_get_their_hint(wrong, hint):
+    with pytest.raises(CheckFailed, match=hint):
+        ch04.check_attention_parameters.__wrapped__(wrong)
+
+
+def test_the_count_reference_counts_real_modules():
+    assert ch04.reference_attention_parameters("parec", 8, 2, 10, 3) == 8 * 8 + 8 + 2 * 10 * 10
+    with pytest.raises(ValueError, match="one of"):
+        ch04.reference_attention_parameters("lightsans", 8, 2, 10, 3)

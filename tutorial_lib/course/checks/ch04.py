@@ -6,6 +6,8 @@
   future (or from padding).
 * Exercise 2, :func:`check_factorized_logits`: ``factorized_logits(f1, f2, d_head)``, FPARec's
   ``F_1 F_2^T / sqrt(d_h)``, against ``PositionalAttention(kind="factorized").pattern_logits()``.
+* Exercise 3, :func:`check_attention_parameters`: ``attention_parameters(name, d, h, n, k)``, the parameters of
+  one attention layer as a formula, against the count of the library's modules (the paper's lost Table 1).
 * :func:`check_in_fparec`: both functions inside every layer of a small FPARec model: the same hidden
   states as the library, no leakage from future items, and the same result for a trimmed window.
 
@@ -458,6 +460,89 @@ def check_in_fparec(factorized_logits, positional_attention=None, tol: float = 1
            "right).")
 
 
+# ----------------------------------------------------------------------------- exercise 3: parameter counts
+COUNT_LIBRARY = "sum(p.numel() for p in build_model(...).blocks[0].attention.parameters())"
+COUNTED_MODELS = ("sasrec", "parec", "fparec", "pattern")
+
+
+def reference_attention_parameters(name: str, d: int, h: int, n: int, k: int) -> int:
+    """The parameters of one attention layer of ``name`` (``"pattern"``: a handcrafted pattern), counted in a
+    module the library builds with width ``d``, ``h`` heads, window ``n`` and rank ``k`` (biases included)."""
+    from ...models import build_model
+
+    if name not in COUNTED_MODELS:
+        raise ValueError(f"name must be one of {COUNTED_MODELS}, got {name!r}")
+    opts: dict = {}
+    if name != "pattern":
+        opts["n_heads"] = h
+    if name == "fparec":
+        opts["k"] = k
+    model = build_model("pattern-exponential" if name == "pattern" else name, n_items=10, max_len=n, d_model=d,
+                        n_layers=1, **opts)
+    return sum(p.numel() for p in model.blocks[0].attention.parameters())
+
+
+def attention_parameter_cases() -> list[Case]:
+    """Every model at small settings first (each of d, h, n, k different), then the paper's and the course's."""
+    settings = [(12, 3, 10, 4), (50, 1, 200, 40), (64, 2, 50, 10), (16, 4, 30, 7)]
+    return [Case((name, d, h, n, k), label=f"d={d}, h={h}, n={n}, k={k}")
+            for d, h, n, k in settings for name in COUNTED_MODELS]
+
+
+def _count_variants(name: str, d: int, h: int, n: int, k: int) -> dict[str, int]:
+    """The counts that typical mistakes give, so that a wrong count can be recognised."""
+    value = d * d + d
+    out = {
+        "sasrec": {"no_bias": 4 * d * d, "no_out_proj": 3 * d * d + 3 * d, "per_head": 4 * d * d // h + 4 * d},
+        "parec": {"no_bias": d * d + h * n * n, "one_pattern": value + n * n, "triangle": value + h * n * (n + 1) // 2,
+                  "qk_too": 3 * value + h * n * n},
+        "fparec": {"no_bias": d * d + 2 * h * n * k, "one_pattern": value + 2 * n * k, "one_factor": value + h * n * k,
+                   "qk_too": 3 * value + 2 * h * n * k},
+        "pattern": {"no_bias": d * d, "qk_too": 3 * value},
+    }
+    return out.get(name, {})
+
+
+_COUNT_HINTS = {
+    "no_bias": "count the biases too: every nn.Linear(d, d) holds d * d weights and d biases",
+    "no_out_proj": "that is the SASRec paper's (and its TF code's) count, without W_O: the library's default layout adds "
+                   "the output projection of multi-head attention, so 4 projections of d * d + d",
+    "per_head": "the heads split the width, not the projections: Q, K, V and W_O are each d x d however many heads "
+                "there are",
+    "one_pattern": "each head has its own position pattern: multiply by h",
+    "triangle": "the library stores the full n x n matrix per head; the causal mask hides its upper triangle when "
+                "it runs, but those entries are still parameters",
+    "one_factor": "FPARec has two factors per head, F1 and F2, each n x k",
+    "qk_too": "positional attention has no query or key projection: the pattern replaces Q K^T, and only the "
+              "value projection W_V (d * d + d) remains",
+}
+
+
+def _diagnose_count(case: Case, yours, expected) -> str | None:
+    try:
+        value = int(np.asarray(to_numpy(yours)).reshape(-1)[0])
+    except Exception:  # noqa: BLE001
+        return None
+    for key, wrong in _count_variants(*case.args).items():
+        if value == wrong:
+            return _COUNT_HINTS[key]
+    return None
+
+
+@exercise_check
+def check_attention_parameters(attention_parameters) -> None:
+    """Check ``attention_parameters(name, d, h, n, k) -> int`` against the parameters counted in the library's
+    modules, for SASRec, PARec, FPARec and a handcrafted pattern at four settings."""
+    n = check_function(attention_parameters, reference_attention_parameters, attention_parameter_cases(),
+                       library=COUNT_LIBRARY, diagnose=_diagnose_count, quiet=True,
+                       hint="count each nn.Linear as d * d + d and each head's pattern as its matrix entries (n x n "
+                            "for PARec, two n x k factors for FPARec); SASRec has W_Q, W_K, W_V and W_O, the "
+                            "positional models only W_V")
+    passed(f"your formulas give the parameters counted in the library's modules in all {n} cases (4 models x 4 "
+           "settings).")
+
+
 __all__ = ["check_positional_attention", "check_factorized_logits", "check_in_fparec", "compare_in_fparec",
            "prove_no_leakage_positional", "reference_positional_attention", "reference_factorized_logits",
-           "positional_cases", "factorized_cases"]
+           "positional_cases", "factorized_cases", "check_attention_parameters", "reference_attention_parameters",
+           "attention_parameter_cases"]
