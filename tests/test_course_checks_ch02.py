@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -30,6 +31,11 @@ def valid_ce(hidden, targets, items):
     return F.cross_entropy(hidden[mask] @ items[1:].T, targets[mask] - 1)
 
 
+def block_forward(block, x, ctx):
+    x = x + block.dropout(block.attention(block.ln_attn(x), ctx)[0])
+    return x + block.dropout(block.ffn(block.ln_ffn(x)))
+
+
 def stub(*args):
     raise NotImplementedError()
 
@@ -40,12 +46,14 @@ def test_references_pass(capsys):
     ch02.check_allowed_mask(allowed_mask)
     ch02.check_attention_in_heads(attention)
     ch02.check_valid_ce(valid_ce)
+    ch02.check_block(block_forward)
     out = capsys.readouterr().out
-    assert out.count("✅") == 6 and "no future leakage" in out and "value and gradients" in out
+    assert out.count("✅") == 7 and "no future leakage" in out and "value and gradients" in out
+    assert "dropout in the right places" in out
 
 
 @pytest.mark.parametrize("check", [ch02.check_attention, ch02.check_causal_mask, ch02.check_allowed_mask,
-                                   ch02.check_attention_in_heads, ch02.check_valid_ce])
+                                   ch02.check_attention_in_heads, ch02.check_valid_ce, ch02.check_block])
 def test_stub_is_reported_without_raising(check, capsys):
     check(stub)  # prints instead of raising, so Jupyter's Run All goes on with the library's version
     assert "library's version" in capsys.readouterr().out
@@ -247,3 +255,25 @@ def test_valid_ce_cases_include_an_empty_row_and_a_target_in_the_last_column():
     cases = ch02.valid_ce_cases()
     assert any(bool(c.args[1].eq(0).all(dim=1).any()) for c in cases)
     assert any(int(c.args[1].max()) == c.args[2].shape[0] - 1 for c in cases)
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    ("post_ln", "post-LN block"), ("residual_from_norm", "layout='tf'"), ("no_residual", "residual connections"),
+    ("one_norm", "block.ln_ffn for the feed-forward"), ("ffn_unnormalised", "the FFN reads the un-normalised x"),
+    ("attention_unnormalised", "the attention reads the un-normalised x"), ("no_dropout", "not in training"),
+    ("dropout_after_sum", "after the residual sum"), ("ffn_first", "wrong order"),
+])
+def test_block_mistakes_get_their_hint(mistake, hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch02.check_block.__wrapped__(ch02._block_variants()[mistake])
+
+
+def test_a_block_that_returns_the_pair_is_told_to_return_x():
+    with pytest.raises(CheckFailed, match="return the new x only"):
+        ch02.check_block.__wrapped__(lambda block, x, ctx: block(x, ctx))
+
+
+def test_the_check_block_tells_its_two_layernorms_apart():
+    block = ch02.make_check_block()
+    assert not torch.allclose(block.ln_attn.weight, block.ln_ffn.weight)
+    assert block.dropout.p > 0

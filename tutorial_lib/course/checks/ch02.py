@@ -1,6 +1,6 @@
 """Checks of notebook 02 (SASRec from scratch): scaled dot-product attention, the causal mask (with a proof
-that nothing leaks from the future), the mask combined with key padding, attention inside heads, and the
-cross-entropy at the valid positions.
+that nothing leaks from the future), the mask combined with key padding, attention inside heads, the
+cross-entropy at the valid positions, and the pre-LN block.
 
 Convention of the course (and of ``F.scaled_dot_product_attention``'s boolean mask): a mask is **True where
 a query may attend to a key**. ``nn.MultiheadAttention``'s ``attn_mask`` uses the opposite convention.
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .base import (Case, call_learner, check_function, exercise_check, expect, fail, is_stub_error, passed,
-                   to_numpy)
+                   short_repr, to_numpy)
 
 ATTENTION_LIBRARY = "tutorial_lib.attention.naive_attention"
 MASK_LIBRARY = "tutorial_lib.attention.SequenceContext.allowed"
@@ -396,7 +396,7 @@ def check_attention_in_heads(attention, tol: float = 1e-5) -> None:
            f"(within {tol:g}, real positions).")
 
 
-# ----------------------------------------------------------------------------- exercise 4: the loss
+# ----------------------------------------------------------------------------- exercise 5: the loss
 CE_LIBRARY = "tutorial_lib.training.full_ce_loss"
 
 
@@ -511,7 +511,170 @@ def check_valid_ce(valid_ce) -> None:
            "(padding positions get no gradient).")
 
 
+# ----------------------------------------------------------------------------- exercise 4: the block
+BLOCK_LIBRARY = "tutorial_lib.models.Block.forward"
+
+
+def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, seed: int = 0):
+    """A paper-layout :class:`~tutorial_lib.models.Block` whose LayerNorms have random scales and shifts (with the
+    default ones, 1 and 0, two LayerNorms could not be told apart)."""
+    from ...attention import DotProductAttention
+    from ...models import Block
+
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    block = Block(DotProductAttention(d_model, n_heads), d_model, ffn_dim=2 * d_model, dropout=dropout)
+    with torch.no_grad():
+        for norm in (block.ln_attn, block.ln_ffn):
+            norm.weight.normal_(1.0, 0.5)
+            norm.bias.normal_(0.0, 0.5)
+    torch.set_rng_state(state)
+    return block
+
+
+def _block_inputs(seed: int = 0):
+    from ...attention import SequenceContext
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.tensor([[0, 0, 3, 7, 2, 5], [4, 9, 1, 6, 8, 2]])
+    return torch.randn(2, 6, 16, generator=gen), SequenceContext.from_item_ids(ids)
+
+
+def _run_block(fn, block, x, ctx, training: bool, seed: int = 1) -> torch.Tensor:
+    """``fn(block, x, ctx)`` in training or evaluation mode, with dropout's random numbers seeded."""
+    block.train(training)
+    state = torch.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return fn(block, x.clone(), ctx)
+    finally:
+        torch.set_rng_state(state)
+        block.eval()
+
+
+def reference_block(block, x: torch.Tensor, ctx) -> torch.Tensor:
+    """The library's paper-layout block: ``(B, L, d)``."""
+    return block(x, ctx)[0]
+
+
+def _block_variants() -> dict[str, object]:
+    """Typical mistakes, as functions of ``(block, x, ctx)``."""
+    def attn(b, h, ctx):
+        return b.attention(h, ctx)[0]
+
+    def post_ln(b, x, ctx):
+        x = b.ln_attn(x + b.dropout(attn(b, x, ctx)))
+        return b.ln_ffn(x + b.dropout(b.ffn(x)))
+
+    def residual_from_norm(b, x, ctx):
+        h = b.ln_attn(x)
+        x = h + b.dropout(attn(b, h, ctx))
+        f = b.ln_ffn(x)
+        return f + b.dropout(b.ffn(f))
+
+    def no_residual(b, x, ctx):
+        x = b.dropout(attn(b, b.ln_attn(x), ctx))
+        return b.dropout(b.ffn(b.ln_ffn(x)))
+
+    def one_norm(b, x, ctx):
+        x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
+        return x + b.dropout(b.ffn(b.ln_attn(x)))
+
+    def ffn_unnormalised(b, x, ctx):
+        x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
+        return x + b.dropout(b.ffn(x))
+
+    def attention_unnormalised(b, x, ctx):
+        x = x + b.dropout(attn(b, x, ctx))
+        return x + b.dropout(b.ffn(b.ln_ffn(x)))
+
+    def no_dropout(b, x, ctx):
+        x = x + attn(b, b.ln_attn(x), ctx)
+        return x + b.ffn(b.ln_ffn(x))
+
+    def dropout_after_sum(b, x, ctx):
+        x = b.dropout(x + attn(b, b.ln_attn(x), ctx))
+        return b.dropout(x + b.ffn(b.ln_ffn(x)))
+
+    def ffn_first(b, x, ctx):
+        x = x + b.dropout(b.ffn(b.ln_ffn(x)))
+        return x + b.dropout(attn(b, b.ln_attn(x), ctx))
+
+    return {"post_ln": post_ln, "residual_from_norm": residual_from_norm, "no_residual": no_residual,
+            "one_norm": one_norm, "ffn_unnormalised": ffn_unnormalised,
+            "attention_unnormalised": attention_unnormalised, "no_dropout": no_dropout,
+            "dropout_after_sum": dropout_after_sum, "ffn_first": ffn_first}
+
+
+_BLOCK_HINTS = {
+    "post_ln": "that is the original Transformer's post-LN block, LN(x + sublayer(x)): SASRec normalises the input "
+               "of each sub-layer instead and adds the sub-layer's output to the un-normalised x",
+    "residual_from_norm": "the residual is taken from LN(x): that is the released TF code's layout (layout='tf'). "
+                          "In the paper's block the skip connection carries x itself: x + Dropout(MHA(LN(x)))",
+    "no_residual": "the residual connections are missing: each sub-layer's output is ADDED to x",
+    "one_norm": "the FFN's input went through block.ln_attn: each sub-layer has its own LayerNorm, block.ln_ffn "
+                "for the feed-forward network",
+    "ffn_unnormalised": "the FFN reads the un-normalised x: its input is block.ln_ffn(x)",
+    "attention_unnormalised": "the attention reads the un-normalised x: its input is block.ln_attn(x)",
+    "no_dropout": "right in evaluation mode but not in training: apply block.dropout to each sub-layer's output "
+                  "before adding it to x",
+    "dropout_after_sum": "dropout is applied after the residual sum, which also drops parts of x: apply it to the "
+                         "sub-layer's output only, x + block.dropout(...)",
+    "ffn_first": "the sub-layers are in the wrong order: attention first (it mixes the positions), then the FFN",
+}
+
+
+def _diagnose_block(block, x, ctx, yours: torch.Tensor, training: bool) -> str | None:
+    for key, variant in _block_variants().items():
+        with torch.no_grad():
+            wrong = _run_block(variant, block, x, ctx, training)
+        if wrong.shape == yours.shape and torch.allclose(yours, wrong, atol=1e-5):
+            return _BLOCK_HINTS[key]
+    return None
+
+
+@exercise_check
+def check_block(block_forward) -> None:
+    """Check ``block_forward(block, x, ctx) -> x`` against the paper layout of the library's ``Block.forward``:
+    in evaluation mode, then in training mode with dropout's random numbers seeded alike."""
+    name = getattr(block_forward, "__name__", "block_forward")
+    if not callable(block_forward):
+        fail(f"expected a function, got {type(block_forward).__name__}: pass the function itself, "
+             f"e.g. check_block({name}) not check_block({name}(...))")
+    block = make_check_block()
+    x, ctx = _block_inputs()
+    for training in (False, True):
+        mode = "training mode (dropout on, seeded)" if training else "evaluation mode (dropout off)"
+        try:
+            with torch.no_grad():
+                yours = _run_block(block_forward, block, x, ctx, training)
+        except NotImplementedError as exc:
+            if is_stub_error(exc):
+                call_learner(block_forward, Case((block, x, ctx)), name, BLOCK_LIBRARY)   # raises ExerciseNotDone
+            raise
+        except Exception as exc:  # noqa: BLE001 - the learner's error, reported with the case
+            fail(f"`{name}` raised {type(exc).__name__}: {exc}\nin {mode} on a (2, 6, 16) batch; the traceback "
+                 "above shows the line. block.attention(h, ctx) returns a pair (output, weights)")
+        if isinstance(yours, (tuple, list)):
+            fail(f"`{name}` returned a {type(yours).__name__}: return the new x only, a (B, L, d) tensor")
+        with torch.no_grad():
+            expected = _run_block(reference_block, block, x, ctx, training)
+        if not isinstance(yours, torch.Tensor) or yours.shape != expected.shape:
+            fail(f"`{name}` returned {short_repr(yours)}: expected a tensor of shape {tuple(expected.shape)}")
+        real = ctx.valid_mask
+        gap = float((yours - expected)[real].abs().max())
+        if gap > 1e-5:
+            hint = _diagnose_block(block, x, ctx, yours, training)
+            fail(f"`{name}` differs from the library's block in {mode} by up to {gap:.2e} at real positions."
+                 + (f"\nHint: {hint}" if hint else "")
+                 + "\nReminder: x = x + Dropout(MHA(LN_1(x))), then x = x + Dropout(FFN(LN_2(x))), with "
+                   "block.ln_attn, block.attention (its output is [0] of the pair), block.dropout, block.ln_ffn "
+                   "and block.ffn")
+    passed(f"`{name}` gives the library's block output in evaluation mode and, with the same random numbers, in "
+           "training mode (dropout in the right places).")
+
+
 __all__ = ["check_attention", "check_causal_mask", "check_allowed_mask", "check_attention_in_heads",
            "prove_no_leakage", "compare_in_heads", "reference_attention", "reference_causal_mask",
            "reference_allowed_mask", "attention_cases", "allowed_cases", "check_valid_ce", "reference_valid_ce",
-           "valid_ce_cases"]
+           "valid_ce_cases", "check_block", "make_check_block", "reference_block"]
