@@ -232,12 +232,26 @@ def _flat(hidden):
     return hidden.reshape(-1, hidden.shape[-1])
 
 
+def _per_sequence_mean(h, t, i):
+    valid = t.ne(0)
+    per_position = torch.zeros(t.shape)
+    per_position[valid] = F.cross_entropy(h[valid] @ i[1:].T, t[valid] - 1, reduction="none")
+    return (per_position.sum(dim=1) / valid.sum(dim=1)).mean()
+
+
+def _zeroed_after_the_loss(h, t, i):
+    logits = h @ i.T
+    logits[..., 0] = float("-inf")               # the padding item is no class, but padding targets are 0: inf loss
+    losses = F.cross_entropy(_flat(logits), t.reshape(-1), reduction="none")
+    return (losses * t.ne(0).reshape(-1)).sum() / t.ne(0).sum()      # inf * 0 = NaN
+
+
 @pytest.mark.parametrize("wrong, hint", [
     (lambda h, t, i: F.cross_entropy(_flat(h) @ i.T, t.reshape(-1)), "padding positions are in the mean"),
     (lambda h, t, i: F.cross_entropy(_flat(h) @ i.T, t.reshape(-1), ignore_index=0), "row 0 of items is the padding"),
     (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i.T, t[t.ne(0)]), "row 0 of items is the padding item"),
     (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i[1:].T, t[t.ne(0)] - 1, reduction="sum") / t.numel(),
-     "divided by all B.L positions"),
+     "divided by all B*L positions"),
     (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i[1:].T, t[t.ne(0)] - 1, reduction="sum"), "summed the losses"),
     (lambda h, t, i: F.cross_entropy(h[t.ne(0)] @ i[1:].T, t[t.ne(0)]), "the classes are targets - 1"),
     (lambda h, t, i: -torch.log(torch.exp(h[t.ne(0)] @ i[1:].T) / torch.exp(h[t.ne(0)] @ i[1:].T).sum(-1, True)
@@ -245,9 +259,14 @@ def _flat(hidden):
     (lambda h, t, i: valid_ce(h.detach(), t, i.detach()), "not connected to the model"),
     (lambda h, t, i: torch.tensor(valid_ce(h, t, i).item()), "not connected to the model"),
     (lambda h, t, i: valid_ce(h, t, i.detach()), "not the library's gradient with respect to items"),
+    (lambda h, t, i: torch.tensor(valid_ce(torch.from_numpy(h.numpy()), t, i.detach()).item()), "no .numpy()"),
+    (lambda h, t, i: F.cross_entropy(_flat(h) @ i[1:].T, t.reshape(-1) - 1, ignore_index=0), "into the class -1"),
+    (lambda h, t, i: valid_ce(h, t, i).reshape(1), "the value is right: return it as a 0-dimensional tensor"),
+    (_per_sequence_mean, "averaged each sequence's mean"),
+    (_zeroed_after_the_loss, "not finite although the logits are small"),
 ])
 def test_valid_ce_mistakes_get_their_hint(wrong, hint):
-    with pytest.raises(CheckFailed, match=hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
         ch02.check_valid_ce.__wrapped__(wrong)
 
 

@@ -3,6 +3,7 @@ check's reference is the library's positional attention."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -257,16 +258,21 @@ def _counts(**changed):
 
 @pytest.mark.parametrize("wrong, hint", [
     (_counts(sasrec=lambda d, h, n, k: 4 * d * d), "count the biases too"),
-    (_counts(sasrec=lambda d, h, n, k: 3 * (d * d + d)), "SASRec paper's .and its TF code's. count, without W_O"),
+    (_counts(sasrec=lambda d, h, n, k: 3 * (d * d + d)), "SASRec paper's (and its TF code's) count, without W_O"),
     (_counts(sasrec=lambda d, h, n, k: 4 * (d * d // h + d)), "the heads split the width"),
     (_counts(parec=lambda d, h, n, k: d * d + d + n * n), "its own position pattern: multiply by h"),
     (_counts(parec=lambda d, h, n, k: d * d + d + h * n * (n + 1) // 2), "stores the full n x n matrix"),
     (_counts(parec=lambda d, h, n, k: 3 * (d * d + d) + h * n * n), "no query or key projection"),
     (_counts(fparec=lambda d, h, n, k: d * d + d + h * n * k), "two factors per head"),
     (_counts(pattern=lambda d, h, n, k: 3 * (d * d + d)), "no query or key projection"),
+    (_counts(parec=lambda d, h, n, k: 2 * (d * d + d) + h * n * n), "no output projection W_O"),
+    (_counts(sasrec=lambda d, h, n, k: 4 * (d * d + d) + n * d), "outside the attention layer"),
+    (_counts(pattern=lambda d, h, n, k: d * d + d + n * n), "a handcrafted pattern is fixed"),
+    (_counts(pattern=lambda d, h, n, k: math.pow(d, 2) + d), "the count is right but it is a float"),
+    (lambda name, d, h, n, k: {"SASRec": 1}.get(name), "the names are lower case"),
 ])
 def test_parameter_count_mistakes_get_their_hint(wrong, hint):
-    with pytest.raises(CheckFailed, match=hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
         ch04.check_attention_parameters.__wrapped__(wrong)
 
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from .base import (Case, call_learner, check_function, exercise_check, expect, fail, is_stub_error, passed,
+from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, fail, is_stub_error, passed,
                    short_repr, to_numpy)
 
 ATTENTION_LIBRARY = "tutorial_lib.attention.naive_attention"
@@ -442,6 +442,11 @@ def _valid_ce_variants(hidden: torch.Tensor, targets: torch.Tensor, items: torch
         "over_all_positions": F.cross_entropy(h @ items[1:].t(), t - 1, reduction="sum") / targets.numel(),
         "sum": F.cross_entropy(h @ items[1:].t(), t - 1, reduction="sum"),
     }
+    per_position = torch.zeros(targets.shape)
+    per_position[valid] = F.cross_entropy(h @ items[1:].t(), t - 1, reduction="none")
+    counts = valid.sum(dim=1)
+    if bool((counts > 0).all()):                                           # else it divides 0 by 0
+        out["per_sequence_mean"] = (per_position.sum(dim=1) / counts).mean()
     if int(t.max()) < len(items) - 1:                                      # else it raises IndexError
         out["unshifted"] = F.cross_entropy(h @ items[1:].t(), t)
     return {k: float(v) for k, v in out.items()}
@@ -458,23 +463,36 @@ _VALID_CE_HINTS = {
            "positions that have a target",
     "unshifted": "items[1:] puts item t in column t - 1, so the classes are targets - 1 (with targets as "
                  "they are, every position is scored against the next item's column)",
+    "per_sequence_mean": "you averaged each sequence's mean: a sequence with more targets must weigh more. Take one "
+                         "mean over all the valid positions of the batch",
 }
+_VALID_CE_RECIPE = ("keep the positions with targets != 0, score them against items[1:] (logits = h @ items[1:].T) and "
+                    "take F.cross_entropy(logits, t - 1)")
 
 
 def _diagnose_valid_ce(case: Case, yours, expected) -> str | None:
+    """The specific mistake behind a wrong loss, else the recipe."""
     try:
-        value = float(np.asarray(to_numpy(yours)).reshape(-1)[0]) if np.asarray(to_numpy(yours)).size == 1 else None
+        arr = np.asarray(to_numpy(yours))
     except Exception:  # noqa: BLE001
-        return None
-    if value is None:
+        return _VALID_CE_RECIPE
+    if arr.size != 1:
         return "return one number: the mean over the valid positions (a 0-dimensional tensor)"
+    value = float(arr.reshape(-1)[0])
+    if arr.ndim and math.isclose(value, float(expected), rel_tol=1e-4, abs_tol=1e-5):
+        return "the value is right: return it as a 0-dimensional tensor (no keepdim; .squeeze() removes the axis)"
     if not math.isfinite(value) and math.isfinite(float(expected)):
-        return ("your loss is not finite where the logits are large: exp() of a logit above ~88 is inf in float32. "
-                "Use F.cross_entropy (or torch.log_softmax), which subtracts each row's maximum first")
+        hidden, targets, items = case.args
+        if float((hidden[targets.ne(0)] @ items[1:].t()).abs().max()) > 80:
+            return ("your loss is not finite where the logits are large: exp() of a logit above ~88 is inf in "
+                    "float32. Use F.cross_entropy (or torch.log_softmax), which subtracts each row's maximum first")
+        return ("your loss is not finite although the logits are small: a padding position's loss of inf or NaN "
+                "stays NaN when multiplied by 0 (inf * 0), and a sequence without targets divides 0 by 0. Select the "
+                "valid positions first (hidden[mask]) instead of zeroing the others afterwards")
     for key, wrong in _valid_ce_variants(*case.args).items():
         if math.isclose(value, wrong, rel_tol=1e-4, abs_tol=1e-5):
             return _VALID_CE_HINTS[key]
-    return None
+    return _VALID_CE_RECIPE
 
 
 def _gradient_gap(valid_ce, case: Case) -> str | None:
@@ -482,7 +500,12 @@ def _gradient_gap(valid_ce, case: Case) -> str | None:
     wrong."""
     mine = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
     ref = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
-    loss = valid_ce(*mine)
+    try:
+        loss = valid_ce(*mine)
+    except RuntimeError as exc:     # .numpy() or an in-place change of a tensor that requires a gradient
+        return (f"it raised RuntimeError when hidden and items require gradients ({str(exc).splitlines()[0]}). Build "
+                "the loss from torch operations on hidden and items (no .numpy(), no in-place changes of them), or "
+                "backward() cannot reach the model")
     if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
         return ("your loss is not connected to the model: it must stay a tensor computed from hidden and items "
                 "(no .item(), float(), .detach() or torch.no_grad()), or backward() cannot train anything")
@@ -499,10 +522,14 @@ def check_valid_ce(valid_ce) -> None:
     """Check ``valid_ce(hidden, targets, items) -> loss`` against the library's ``full_ce_loss``: the value on
     every case, then the gradients."""
     cases = valid_ce_cases()
-    n = check_function(valid_ce, reference_valid_ce, cases, library=CE_LIBRARY, output_names=None,
-                       diagnose=_diagnose_valid_ce, quiet=True,
-                       hint="keep the positions with targets != 0, score them against items[1:] (logits = h @ "
-                            "items[1:].T) and take F.cross_entropy(logits, t - 1)")
+    try:
+        n = check_function(valid_ce, reference_valid_ce, cases, library=CE_LIBRARY, output_names=None,
+                           diagnose=_diagnose_valid_ce, quiet=True)
+    except CheckFailed as exc:
+        if "out of bounds" not in str(exc) or "-1" not in str(exc):
+            raise
+        fail(f"{exc}\nHint: targets - 1 turns the padding positions' target 0 into the class -1: keep only the "
+             "positions with a target before shifting (hidden[mask], targets[mask] - 1), or pass ignore_index=-1")
     name = getattr(valid_ce, "__name__", "valid_ce")
     for case in cases:
         gap = _gradient_gap(valid_ce, case)

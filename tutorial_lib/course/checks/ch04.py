@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .base import (Case, ExerciseNotDone, call_learner, check_function, exercise_check, expect, fail, not_done_message,
+from .base import (Case, CheckFailed, ExerciseNotDone, call_learner, check_function, exercise_check, expect, fail, not_done_message,
                    passed, to_numpy)
 
 PA_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention"
@@ -492,14 +492,15 @@ def attention_parameter_cases() -> list[Case]:
 def _count_variants(name: str, d: int, h: int, n: int, k: int) -> dict[str, int]:
     """The counts that typical mistakes give, so that a wrong count can be recognised."""
     value = d * d + d
-    out = {
+    out: dict[str, dict[str, int]] = {
         "sasrec": {"no_bias": 4 * d * d, "no_out_proj": 3 * d * d + 3 * d, "per_head": 4 * d * d // h + 4 * d},
         "parec": {"no_bias": d * d + h * n * n, "one_pattern": value + n * n, "triangle": value + h * n * (n + 1) // 2,
-                  "qk_too": 3 * value + h * n * n},
+                  "qk_too": 3 * value + h * n * n, "out_proj_too": 2 * value + h * n * n},
         "fparec": {"no_bias": d * d + 2 * h * n * k, "one_pattern": value + 2 * n * k, "one_factor": value + h * n * k,
-                   "qk_too": 3 * value + 2 * h * n * k},
-        "pattern": {"no_bias": d * d, "qk_too": 3 * value},
+                   "qk_too": 3 * value + 2 * h * n * k, "out_proj_too": 2 * value + 2 * h * n * k},
+        "pattern": {"no_bias": d * d, "qk_too": 3 * value, "out_proj_too": 2 * value, "fixed_counted": value + n * n},
     }
+    out["sasrec"]["positions_in_layer"] = 4 * value + n * d
     return out.get(name, {})
 
 
@@ -515,29 +516,46 @@ _COUNT_HINTS = {
     "one_factor": "FPARec has two factors per head, F1 and F2, each n x k",
     "qk_too": "positional attention has no query or key projection: the pattern replaces Q K^T, and only the "
               "value projection W_V (d * d + d) remains",
+    "out_proj_too": "the positional layers have no output projection W_O (the heads are concatenated as they are): "
+                    "their only projection is W_V",
+    "positions_in_layer": "SASRec's position embeddings (n x d) are added once, at the input, outside the attention "
+                          "layer: count the layer's projections only",
+    "fixed_counted": "a handcrafted pattern is fixed, computed from the positions: it has no parameters, only W_V",
 }
 
 
+_COUNT_RECIPE = ("count each nn.Linear as d * d + d and each head's pattern as its matrix entries (n x n for PARec, "
+                 "two n x k factors for FPARec); SASRec has W_Q, W_K, W_V and W_O, the positional models only W_V")
+
+
 def _diagnose_count(case: Case, yours, expected) -> str | None:
+    """The specific mistake behind a wrong count, else the recipe."""
     try:
-        value = int(np.asarray(to_numpy(yours)).reshape(-1)[0])
+        arr = np.asarray(to_numpy(yours))
+        value = arr.reshape(-1)[0].item() if arr.size == 1 else None
     except Exception:  # noqa: BLE001
-        return None
+        return _COUNT_RECIPE
+    if isinstance(value, float) and value == int(expected):
+        return ("the count is right but it is a float: math.pow and / give floats; use ** and // (or int()) so that "
+                "the function returns an int")
     for key, wrong in _count_variants(*case.args).items():
         if value == wrong:
             return _COUNT_HINTS[key]
-    return None
+    return _COUNT_RECIPE
 
 
 @exercise_check
 def check_attention_parameters(attention_parameters) -> None:
     """Check ``attention_parameters(name, d, h, n, k) -> int`` against the parameters counted in the library's
     modules, for SASRec, PARec, FPARec and a handcrafted pattern at four settings."""
-    n = check_function(attention_parameters, reference_attention_parameters, attention_parameter_cases(),
-                       library=COUNT_LIBRARY, diagnose=_diagnose_count, quiet=True,
-                       hint="count each nn.Linear as d * d + d and each head's pattern as its matrix entries (n x n "
-                            "for PARec, two n x k factors for FPARec); SASRec has W_Q, W_K, W_V and W_O, the "
-                            "positional models only W_V")
+    try:
+        n = check_function(attention_parameters, reference_attention_parameters, attention_parameter_cases(),
+                           library=COUNT_LIBRARY, diagnose=_diagnose_count, quiet=True)
+    except CheckFailed as exc:
+        if "returned None" not in str(exc):
+            raise
+        fail(f"{exc}\nHint: the names are lower case, 'sasrec', 'parec', 'fparec' and 'pattern'; does every branch "
+             "of your function return a number?")
     passed(f"your formulas give the parameters counted in the library's modules in all {n} cases (4 models x 4 "
            "settings).")
 
