@@ -277,10 +277,15 @@ def test_valid_ce_cases_include_an_empty_row_and_a_target_in_the_last_column():
 
 
 @pytest.mark.parametrize("mistake, hint", [
-    ("post_ln", "post-LN block"), ("residual_from_norm", "layout='tf'"), ("no_residual", "residual connections"),
-    ("one_norm", "block.ln_ffn for the feed-forward"), ("ffn_unnormalised", "the FFN reads the un-normalised x"),
-    ("attention_unnormalised", "the attention reads the un-normalised x"), ("no_dropout", "not in training"),
-    ("dropout_after_sum", "after the residual sum"), ("ffn_first", "wrong order"),
+    ("post_ln", "post-LN block"), ("residual_from_norm", "layout='tf'"),
+    ("attention_residual_from_norm", "the attention's residual is taken from LN(x)"),
+    ("no_residual", "residual connections"), ("no_ffn_residual", "the FFN's residual connection is missing"),
+    ("one_norm", "block.ln_ffn for the feed-forward"), ("stale_norm", "the UPDATED x"),
+    ("ffn_unnormalised", "the FFN reads the un-normalised x"),
+    ("attention_unnormalised", "the attention reads the un-normalised x"), ("fresh_norms", "their learned scale"),
+    ("no_dropout", "not in training"), ("dropout_after_sum", "after the residual sum"),
+    ("functional_dropout", "its training flag defaults to True"),
+    ("functional_dropout_in_training", "no seed can make them agree"), ("ffn_first", "wrong order"),
 ])
 def test_block_mistakes_get_their_hint(mistake, hint):
     with pytest.raises(CheckFailed, match=re.escape(hint)):
@@ -296,3 +301,34 @@ def test_the_check_block_tells_its_two_layernorms_apart():
     block = ch02.make_check_block()
     assert not torch.allclose(block.ln_attn.weight, block.ln_ffn.weight)
     assert block.dropout.p > 0
+
+
+def test_a_block_that_adds_in_place_is_told_to_write_x_equals_x_plus():
+    def in_place(block, x, ctx):
+        x += block.dropout(block.attention(block.ln_attn(x), ctx)[0])
+        x += block.dropout(block.ffn(block.ln_ffn(x)))
+        return x
+    with pytest.raises(CheckFailed, match=re.escape("write x = x + ...")):
+        ch02.check_block.__wrapped__(in_place)
+
+
+def test_a_block_with_dropout_on_one_sub_layer_only_gets_the_dropout_recipe():
+    def attention_dropout_only(block, x, ctx):
+        x = x + block.dropout(block.attention(block.ln_attn(x), ctx)[0])
+        return x + block.ffn(block.ln_ffn(x))
+    with pytest.raises(CheckFailed, match="right without dropout, wrong with it"):
+        ch02.check_block.__wrapped__(attention_dropout_only)
+
+
+def test_a_partly_detached_block_is_caught_by_its_gradient():
+    def detached_attention(block, x, ctx):
+        x = x + block.dropout(block.attention(block.ln_attn(x), ctx)[0]).detach()
+        return x + block.dropout(block.ffn(block.ln_ffn(x)))
+    with pytest.raises(CheckFailed, match="not its gradient"):
+        ch02.check_block.__wrapped__(detached_attention)
+
+
+def test_calling_the_librarys_block_passes_with_a_note(capsys):
+    ch02.check_block(lambda block, x, ctx: block(x, ctx)[0])
+    out = capsys.readouterr().out
+    assert "✅" in out and "calls the library's Block itself" in out

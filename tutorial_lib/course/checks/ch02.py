@@ -540,6 +540,7 @@ def check_valid_ce(valid_ce) -> None:
 
 # ----------------------------------------------------------------------------- exercise 4: the block
 BLOCK_LIBRARY = "tutorial_lib.models.Block.forward"
+BLOCK_TOL = 1e-4   # every mistake below moves the output by 0.1 or more; float rounding by ~1e-6
 
 
 def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, seed: int = 0):
@@ -573,7 +574,7 @@ def _run_block(fn, block, x, ctx, training: bool, seed: int = 1) -> torch.Tensor
     state = torch.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return fn(block, x.clone(), ctx)
+        return fn(block, x, ctx)
     finally:
         torch.set_rng_state(state)
         block.eval()
@@ -586,8 +587,13 @@ def reference_block(block, x: torch.Tensor, ctx) -> torch.Tensor:
 
 def _block_variants() -> dict[str, object]:
     """Typical mistakes, as functions of ``(block, x, ctx)``."""
+    import torch.nn.functional as F
+
     def attn(b, h, ctx):
         return b.attention(h, ctx)[0]
+
+    def ffn_part(b, x):   # the correct second half
+        return x + b.dropout(b.ffn(b.ln_ffn(x)))
 
     def post_ln(b, x, ctx):
         x = b.ln_attn(x + b.dropout(attn(b, x, ctx)))
@@ -599,21 +605,38 @@ def _block_variants() -> dict[str, object]:
         f = b.ln_ffn(x)
         return f + b.dropout(b.ffn(f))
 
+    def attention_residual_from_norm(b, x, ctx):
+        h = b.ln_attn(x)
+        return ffn_part(b, h + b.dropout(attn(b, h, ctx)))
+
     def no_residual(b, x, ctx):
         x = b.dropout(attn(b, b.ln_attn(x), ctx))
+        return b.dropout(b.ffn(b.ln_ffn(x)))
+
+    def no_ffn_residual(b, x, ctx):
+        x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
         return b.dropout(b.ffn(b.ln_ffn(x)))
 
     def one_norm(b, x, ctx):
         x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
         return x + b.dropout(b.ffn(b.ln_attn(x)))
 
+    def stale_norm(b, x, ctx):
+        h = b.ln_attn(x)
+        x = x + b.dropout(attn(b, h, ctx))
+        return x + b.dropout(b.ffn(b.ln_ffn(h)))
+
     def ffn_unnormalised(b, x, ctx):
         x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
         return x + b.dropout(b.ffn(x))
 
     def attention_unnormalised(b, x, ctx):
-        x = x + b.dropout(attn(b, x, ctx))
-        return x + b.dropout(b.ffn(b.ln_ffn(x)))
+        return ffn_part(b, x + b.dropout(attn(b, x, ctx)))
+
+    def fresh_norms(b, x, ctx):
+        d = x.shape[-1]
+        x = x + b.dropout(attn(b, F.layer_norm(x, (d,), eps=b.ln_attn.eps), ctx))
+        return x + b.dropout(b.ffn(F.layer_norm(x, (d,), eps=b.ln_ffn.eps)))
 
     def no_dropout(b, x, ctx):
         x = x + attn(b, b.ln_attn(x), ctx)
@@ -623,14 +646,26 @@ def _block_variants() -> dict[str, object]:
         x = b.dropout(x + attn(b, b.ln_attn(x), ctx))
         return b.dropout(x + b.ffn(b.ln_ffn(x)))
 
+    def functional_dropout(b, x, ctx):   # F.dropout's training flag defaults to True
+        x = x + F.dropout(attn(b, b.ln_attn(x), ctx), b.dropout.p)
+        return x + F.dropout(b.ffn(b.ln_ffn(x)), b.dropout.p)
+
+    def functional_dropout_in_training(b, x, ctx):
+        x = x + F.dropout(attn(b, b.ln_attn(x), ctx), b.dropout.p, training=b.training)
+        return x + F.dropout(b.ffn(b.ln_ffn(x)), b.dropout.p, training=b.training)
+
     def ffn_first(b, x, ctx):
         x = x + b.dropout(b.ffn(b.ln_ffn(x)))
         return x + b.dropout(attn(b, b.ln_attn(x), ctx))
 
-    return {"post_ln": post_ln, "residual_from_norm": residual_from_norm, "no_residual": no_residual,
-            "one_norm": one_norm, "ffn_unnormalised": ffn_unnormalised,
-            "attention_unnormalised": attention_unnormalised, "no_dropout": no_dropout,
-            "dropout_after_sum": dropout_after_sum, "ffn_first": ffn_first}
+    return {"post_ln": post_ln, "residual_from_norm": residual_from_norm,
+            "attention_residual_from_norm": attention_residual_from_norm, "no_residual": no_residual,
+            "no_ffn_residual": no_ffn_residual, "one_norm": one_norm, "stale_norm": stale_norm,
+            "ffn_unnormalised": ffn_unnormalised, "attention_unnormalised": attention_unnormalised,
+            "fresh_norms": fresh_norms, "no_dropout": no_dropout, "dropout_after_sum": dropout_after_sum,
+            # in training mode the two F.dropout variants agree; the one that names training mode goes first
+            "functional_dropout_in_training": functional_dropout_in_training, "functional_dropout": functional_dropout,
+            "ffn_first": ffn_first}
 
 
 _BLOCK_HINTS = {
@@ -638,43 +673,71 @@ _BLOCK_HINTS = {
                "of each sub-layer instead and adds the sub-layer's output to the un-normalised x",
     "residual_from_norm": "the residual is taken from LN(x): that is the released TF code's layout (layout='tf'). "
                           "In the paper's block the skip connection carries x itself: x + Dropout(MHA(LN(x)))",
+    "attention_residual_from_norm": "the attention's residual is taken from LN(x): the skip connection carries x "
+                                    "itself, x + Dropout(MHA(LN(x)))",
     "no_residual": "the residual connections are missing: each sub-layer's output is ADDED to x",
+    "no_ffn_residual": "the FFN's residual connection is missing: x = x + Dropout(FFN(LN_2(x)))",
     "one_norm": "the FFN's input went through block.ln_attn: each sub-layer has its own LayerNorm, block.ln_ffn "
                 "for the feed-forward network",
+    "stale_norm": "the FFN read the first LayerNorm's output: it reads block.ln_ffn of the UPDATED x (after the "
+                  "attention's residual)",
     "ffn_unnormalised": "the FFN reads the un-normalised x: its input is block.ln_ffn(x)",
     "attention_unnormalised": "the attention reads the un-normalised x: its input is block.ln_attn(x)",
+    "fresh_norms": "use the block's own block.ln_attn and block.ln_ffn: their learned scale and shift are part of "
+                   "the block (a new LayerNorm starts at scale 1 and shift 0)",
     "no_dropout": "right in evaluation mode but not in training: apply block.dropout to each sub-layer's output "
                   "before adding it to x",
     "dropout_after_sum": "dropout is applied after the residual sum, which also drops parts of x: apply it to the "
                          "sub-layer's output only, x + block.dropout(...)",
+    "functional_dropout": "F.dropout drops even in evaluation mode (its training flag defaults to True). Use "
+                          "block.dropout: it follows block.train() / block.eval()",
+    "functional_dropout_in_training": "use block.dropout rather than F.dropout or a new nn.Dropout: they draw "
+                                      "other random numbers than the block's Dropout, so no seed can make them agree",
     "ffn_first": "the sub-layers are in the wrong order: attention first (it mixes the positions), then the FFN",
 }
+_BLOCK_RECIPE = ("x = x + Dropout(MHA(LN_1(x))), then x = x + Dropout(FFN(LN_2(x))), with block.ln_attn, "
+                 "block.attention (its output is [0] of the pair), block.dropout, block.ln_ffn and block.ffn")
+_DROPOUT_RECIPE = ("right without dropout, wrong with it: apply block.dropout exactly once to each sub-layer's output "
+                   "(the attention's and the FFN's) and nowhere else, and call block.ffn whole (it has its own inner "
+                   "dropout)")
 
 
-def _diagnose_block(block, x, ctx, yours: torch.Tensor, training: bool) -> str | None:
+def _diagnose_block(block, x, ctx, yours: torch.Tensor, training: bool) -> str:
     for key, variant in _block_variants().items():
         with torch.no_grad():
-            wrong = _run_block(variant, block, x, ctx, training)
-        if wrong.shape == yours.shape and torch.allclose(yours, wrong, atol=1e-5):
+            wrong = _run_block(variant, block, x.clone(), ctx, training)
+        if wrong.shape == yours.shape and torch.allclose(yours, wrong, atol=BLOCK_TOL):
             return _BLOCK_HINTS[key]
-    return None
+    return _DROPOUT_RECIPE if training else _BLOCK_RECIPE
+
+
+def _input_gradient(fn, block, x, ctx) -> torch.Tensor:
+    """``d sum(fn(block, x, ctx)) / dx`` in training mode (seeded dropout)."""
+    leaf = x.clone().requires_grad_()
+    out = _run_block(fn, block, leaf * 1.0, ctx, training=True)
+    out.sum().backward()
+    return leaf.grad
 
 
 @exercise_check
 def check_block(block_forward) -> None:
     """Check ``block_forward(block, x, ctx) -> x`` against the paper layout of the library's ``Block.forward``:
-    in evaluation mode, then in training mode with dropout's random numbers seeded alike."""
+    in evaluation mode, then in training mode with dropout's random numbers seeded alike, then its gradient."""
     name = getattr(block_forward, "__name__", "block_forward")
     if not callable(block_forward):
         fail(f"expected a function, got {type(block_forward).__name__}: pass the function itself, "
              f"e.g. check_block({name}) not check_block({name}(...))")
     block = make_check_block()
     x, ctx = _block_inputs()
+    used_library = []
+    library_forward = block.forward
+    block.forward = lambda *a, **k: used_library.append(True) or library_forward(*a, **k)
     for training in (False, True):
         mode = "training mode (dropout on, seeded)" if training else "evaluation mode (dropout off)"
+        given = x.clone()
         try:
             with torch.no_grad():
-                yours = _run_block(block_forward, block, x, ctx, training)
+                yours = _run_block(block_forward, block, given, ctx, training)
         except NotImplementedError as exc:
             if is_stub_error(exc):
                 call_learner(block_forward, Case((block, x, ctx)), name, BLOCK_LIBRARY)   # raises ExerciseNotDone
@@ -682,24 +745,38 @@ def check_block(block_forward) -> None:
         except Exception as exc:  # noqa: BLE001 - the learner's error, reported with the case
             fail(f"`{name}` raised {type(exc).__name__}: {exc}\nin {mode} on a (2, 6, 16) batch; the traceback "
                  "above shows the line. block.attention(h, ctx) returns a pair (output, weights)")
+        expect(torch.equal(given, x), f"`{name}` changed its input x in place (x += ... or x.add_(...)): write "
+                                      "x = x + ..., which makes a new tensor. In training the in-place add would "
+                                      "overwrite the input that the LayerNorm keeps for backward(), and the caller's "
+                                      "states with it")
         if isinstance(yours, (tuple, list)):
             fail(f"`{name}` returned a {type(yours).__name__}: return the new x only, a (B, L, d) tensor")
         with torch.no_grad():
-            expected = _run_block(reference_block, block, x, ctx, training)
+            expected = _run_block(_as_block_function(library_forward), block, x.clone(), ctx, training)
         if not isinstance(yours, torch.Tensor) or yours.shape != expected.shape:
             fail(f"`{name}` returned {short_repr(yours)}: expected a tensor of shape {tuple(expected.shape)}")
-        real = ctx.valid_mask
-        gap = float((yours - expected)[real].abs().max())
-        if gap > 1e-5:
-            hint = _diagnose_block(block, x, ctx, yours, training)
+        gap = float((yours - expected)[ctx.valid_mask].abs().max())
+        if not gap <= BLOCK_TOL:
             fail(f"`{name}` differs from the library's block in {mode} by up to {gap:.2e} at real positions."
-                 + (f"\nHint: {hint}" if hint else "")
-                 + "\nReminder: x = x + Dropout(MHA(LN_1(x))), then x = x + Dropout(FFN(LN_2(x))), with "
-                   "block.ln_attn, block.attention (its output is [0] of the pair), block.dropout, block.ln_ffn "
-                   "and block.ffn")
+                 f"\nHint: {_diagnose_block(block, x, ctx, yours, training)}")
+    try:
+        grad = _input_gradient(block_forward, block, x, ctx)
+    except RuntimeError as exc:
+        fail(f"backward() through `{name}` failed: {str(exc).splitlines()[0]}\nHint: build the output with "
+             "out-of-place operations (x = x + ..., not x += ...) and without .detach() or torch.no_grad()")
+    expected_grad = _input_gradient(_as_block_function(library_forward), block, x, ctx)
+    expect(grad is not None and torch.allclose(grad, expected_grad, atol=BLOCK_TOL),
+           f"`{name}` has the library's output but not its gradient with respect to x: is part of it detached "
+           "(.detach(), torch.no_grad(), .data)?")
     passed(f"`{name}` gives the library's block output in evaluation mode and, with the same random numbers, in "
-           "training mode (dropout in the right places).")
+           "training mode (dropout in the right places), and the same gradient.")
+    if used_library:
+        print("ℹ it calls the library's Block itself; try writing it from the block's parts.")
 
+
+def _as_block_function(forward):
+    """``(block, x, ctx) -> x`` that runs the library's ``forward`` (saved before the check watched it)."""
+    return lambda block, x, ctx: forward(x, ctx)[0]
 
 __all__ = ["check_attention", "check_causal_mask", "check_allowed_mask", "check_attention_in_heads",
            "prove_no_leakage", "compare_in_heads", "reference_attention", "reference_causal_mask",
