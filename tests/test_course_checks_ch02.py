@@ -36,6 +36,16 @@ def block_forward(block, x, ctx):
     return x + block.dropout(block.ffn(block.ln_ffn(x)))
 
 
+def split_heads(x, n_heads):
+    B, L, d = x.shape
+    return x.reshape(B, L, n_heads, d // n_heads).transpose(1, 2)
+
+
+def merge_heads(x):
+    B, H, L, dh = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * dh)
+
+
 def stub(*args):
     raise NotImplementedError()
 
@@ -47,8 +57,9 @@ def test_references_pass(capsys):
     ch02.check_attention_in_heads(attention)
     ch02.check_valid_ce(valid_ce)
     ch02.check_block(block_forward)
+    ch02.check_heads(split_heads, merge_heads)
     out = capsys.readouterr().out
-    assert out.count("✅") == 7 and "no future leakage" in out and "value and gradients" in out
+    assert out.count("✅") == 8 and "no future leakage" in out and "value and gradients" in out
     assert "dropout in the right places" in out
 
 
@@ -332,3 +343,29 @@ def test_calling_the_librarys_block_passes_with_a_note(capsys):
     ch02.check_block(lambda block, x, ctx: block(x, ctx)[0])
     out = capsys.readouterr().out
     assert "✅" in out and "calls the library's Block itself" in out
+
+
+def test_stub_heads_are_reported_without_raising(capsys):
+    ch02.check_heads(stub, stub)
+    assert "library's version" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("split, merge, hint", [
+    (lambda x, H: x.reshape(x.shape[0], H, x.shape[1], -1), merge_heads, "mixes positions with channels"),
+    (lambda x, H: x.reshape(*x.shape[:2], -1, H).permute(0, 3, 1, 2), merge_heads, "not every H-th channel"),
+    (lambda x, H: x.reshape(*x.shape[:2], H, -1), merge_heads, "swap L and H with transpose(1, 2)"),
+    (split_heads, lambda x: x.reshape(x.shape[0], x.shape[2], -1), "mixes positions with channels"),
+    (split_heads, lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1), "not every H-th channel"),
+])
+def test_head_mistakes_get_their_hint(split, merge, hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch02.check_heads.__wrapped__(split, merge)
+
+
+def test_other_correct_ways_to_split_pass(capsys):
+    ch02.check_heads(lambda x, H: torch.stack(x.chunk(H, dim=-1), dim=1), lambda x: torch.cat(x.unbind(1), dim=-1))
+    assert "✅" in capsys.readouterr().out
+
+
+def test_the_split_cases_include_one_where_a_missing_transpose_keeps_the_shape():
+    assert any(c.args[0].shape[1] == c.args[1] for c in ch02.split_cases())

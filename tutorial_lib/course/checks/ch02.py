@@ -1,6 +1,6 @@
 """Checks of notebook 02 (SASRec from scratch): scaled dot-product attention, the causal mask (with a proof
-that nothing leaks from the future), the mask combined with key padding, attention inside heads, the
-cross-entropy at the valid positions, and the pre-LN block.
+that nothing leaks from the future), the mask combined with key padding, attention inside heads, splitting and
+merging the heads, the pre-LN block, and the cross-entropy at the valid positions.
 
 Convention of the course (and of ``F.scaled_dot_product_attention``'s boolean mask): a mask is **True where
 a query may attend to a key**. ``nn.MultiheadAttention``'s ``attn_mask`` uses the opposite convention.
@@ -396,7 +396,96 @@ def check_attention_in_heads(attention, tol: float = 1e-5) -> None:
            f"(within {tol:g}, real positions).")
 
 
-# ----------------------------------------------------------------------------- exercise 5: the loss
+# ----------------------------------------------------------------------------- exercise 4: the heads
+HEADS_LIBRARY = "tutorial_lib.attention.split_heads / merge_heads"
+
+
+def reference_split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``(B, L, d)`` -> ``(B, H, L, d/H)``: head ``h`` owns the channels ``h*d_h ... (h+1)*d_h - 1``."""
+    from ...attention import split_heads
+
+    return split_heads(x, n_heads).clone()
+
+
+def reference_merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(B, H, L, d_h)`` -> ``(B, L, H*d_h)``, the inverse of :func:`reference_split_heads`."""
+    from ...attention import merge_heads
+
+    return merge_heads(x).clone()
+
+
+def _numbered(*shape: int) -> torch.Tensor:
+    """A float tensor whose entries are 0, 1, 2, ... in memory order: every rearrangement shows."""
+    return torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+
+
+def split_cases() -> list[Case]:
+    """L different from H (a swapped axis changes the shape) and L equal to H (it does not), then a larger case."""
+    return [Case((_numbered(1, 3, 4), 2), label="B=1, L=3, d=4, H=2"),
+            Case((_numbered(2, 2, 6), 2), label="B=2, L=2, d=6, H=2: L equals H"),
+            Case((_numbered(2, 5, 12), 4), label="B=2, L=5, d=12, H=4")]
+
+
+def merge_cases() -> list[Case]:
+    return [Case((_numbered(1, 2, 3, 2),), label="B=1, H=2, L=3, d_h=2"),
+            Case((_numbered(2, 2, 2, 3),), label="B=2, H=2, L=2, d_h=3: L equals H"),
+            Case((_numbered(2, 4, 5, 3),), label="B=2, H=4, L=5, d_h=3")]
+
+
+def _split_variants(x: torch.Tensor, n_heads: int) -> dict[str, torch.Tensor]:
+    B, L, d = x.shape
+    dh = d // n_heads
+    return {"view_mixes": x.reshape(B, n_heads, L, dh),
+            "interleaved": x.reshape(B, L, dh, n_heads).permute(0, 3, 1, 2),
+            "no_transpose": x.reshape(B, L, n_heads, dh)}
+
+
+def _merge_variants(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    B, H, L, dh = x.shape
+    return {"view_mixes": x.reshape(B, L, H * dh),
+            "interleaved": x.permute(0, 2, 3, 1).reshape(B, L, H * dh)}
+
+
+_HEADS_HINTS = {
+    "view_mixes": "reshaping straight to the target shape re-reads the memory in another order and mixes "
+                  "positions with channels: split the last axis first, (B, L, H, d_h), then swap the L and H axes "
+                  "with transpose(1, 2) (for merging: transpose back first, then reshape)",
+    "interleaved": "head h owns a contiguous block of channels, h*d_h ... (h+1)*d_h - 1, not every H-th channel: "
+                   "split the last axis as (H, d_h), in that order",
+    "no_transpose": "the axes are (B, L, H, d_h): swap L and H with transpose(1, 2) to get (B, H, L, d_h)",
+}
+
+
+def _diagnose_heads(variants) -> object:
+    def diagnose(case: Case, yours, expected) -> str | None:
+        try:
+            mine = torch.as_tensor(to_numpy(yours))
+        except Exception:  # noqa: BLE001
+            return None
+        for key, wrong in variants(*case.args).items():
+            if tuple(mine.shape) == tuple(wrong.shape) and torch.equal(mine.float(), wrong.float()):
+                return _HEADS_HINTS[key]
+        return None
+    return diagnose
+
+
+@exercise_check
+def check_heads(split_heads, merge_heads) -> None:
+    """Check ``split_heads(x, n_heads)`` and ``merge_heads(x)`` against the library's, then that merging undoes
+    splitting."""
+    n = check_function(split_heads, reference_split_heads, split_cases(), library=HEADS_LIBRARY,
+                       diagnose=_diagnose_heads(_split_variants), quiet=True,
+                       hint="x.reshape(B, L, H, d // H).transpose(1, 2)")
+    n += check_function(merge_heads, reference_merge_heads, merge_cases(), library=HEADS_LIBRARY,
+                        diagnose=_diagnose_heads(_merge_variants), quiet=True,
+                        hint="x.transpose(1, 2).reshape(B, L, H * d_h)")
+    x = _numbered(2, 5, 12)
+    expect(torch.equal(torch.as_tensor(merge_heads(split_heads(x, 3))), x),
+           "merge_heads(split_heads(x, 3)) is not x: merging must undo splitting for every number of heads")
+    passed(f"your split_heads and merge_heads match the library's on {n} test cases, and merging undoes splitting.")
+
+
+# ----------------------------------------------------------------------------- exercise 6: the loss
 CE_LIBRARY = "tutorial_lib.training.full_ce_loss"
 
 
@@ -538,7 +627,7 @@ def check_valid_ce(valid_ce) -> None:
            "(padding positions get no gradient).")
 
 
-# ----------------------------------------------------------------------------- exercise 4: the block
+# ----------------------------------------------------------------------------- exercise 5: the block
 BLOCK_LIBRARY = "tutorial_lib.models.Block.forward"
 BLOCK_TOL = 1e-4   # every mistake below moves the output by 0.1 or more; float rounding by ~1e-6
 
@@ -781,4 +870,5 @@ def _as_block_function(forward):
 __all__ = ["check_attention", "check_causal_mask", "check_allowed_mask", "check_attention_in_heads",
            "prove_no_leakage", "compare_in_heads", "reference_attention", "reference_causal_mask",
            "reference_allowed_mask", "attention_cases", "allowed_cases", "check_valid_ce", "reference_valid_ce",
-           "valid_ce_cases", "check_block", "make_check_block", "reference_block"]
+           "valid_ce_cases", "check_block", "make_check_block", "reference_block", "check_heads",
+           "reference_split_heads", "reference_merge_heads", "split_cases", "merge_cases"]
