@@ -485,148 +485,6 @@ def check_heads(split_heads, merge_heads) -> None:
     passed(f"your split_heads and merge_heads match the library's on {n} test cases, and merging undoes splitting.")
 
 
-# ----------------------------------------------------------------------------- exercise 6: the loss
-CE_LIBRARY = "tutorial_lib.training.full_ce_loss"
-
-
-def reference_valid_ce(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-    """The library's full cross-entropy at valid positions (plain ``F.cross_entropy``, no chunks): a scalar."""
-    from ...training import full_ce_loss
-
-    return full_ce_loss(hidden, targets, items, chunk=None)
-
-
-def _loss_case(rng: np.random.Generator, targets: list[list[int]], n_items: int, d: int, scale: float, label: str
-               ) -> Case:
-    t = torch.tensor(targets)
-    hidden = torch.from_numpy(rng.normal(0.0, scale, size=(*t.shape, d)).astype(np.float32))
-    items = torch.from_numpy(rng.normal(0.0, 1.0, size=(n_items + 1, d)).astype(np.float32))
-    return Case((hidden, t, items), label=label)
-
-
-def valid_ce_cases(seed: int = 0) -> list[Case]:
-    """Hand-made left-padded targets first, then a row of padding only, then logits too large for a naive softmax."""
-    rng = np.random.default_rng(seed)
-    return [
-        _loss_case(rng, [[0, 3, 1, 2]], 5, 3, 1.0, "1 sequence, 1 padding position, 5 items"),
-        _loss_case(rng, [[0, 0, 4, 2, 6], [1, 5, 3, 6, 2]], 6, 4, 1.0,
-                   "2 sequences; the largest item id (6) is a target"),
-        _loss_case(rng, [[0, 0, 0, 0], [0, 0, 7, 1], [0, 2, 9, 4]], 9, 8, 1.0,
-                   "a sequence with no target at all"),
-        _loss_case(rng, [[0, 0, 12, 3, 8, 20], [4, 17, 9, 1, 6, 11]], 20, 8, 30.0,
-                   "logits in the hundreds: exp() of them overflows float32"),
-    ]
-
-
-def _valid_ce_variants(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor) -> dict[str, float]:
-    """The values of typical mistakes, so that a wrong result can be recognised."""
-    import torch.nn.functional as F
-
-    valid = targets.ne(0)
-    h, t = hidden[valid], targets[valid]
-    all_logits = hidden.reshape(-1, hidden.shape[-1]) @ items.t()          # every position, padding item too
-    out = {
-        "padding_positions": F.cross_entropy(all_logits, targets.reshape(-1)),
-        "padding_class": F.cross_entropy(h @ items.t(), t),
-        "over_all_positions": F.cross_entropy(h @ items[1:].t(), t - 1, reduction="sum") / targets.numel(),
-        "sum": F.cross_entropy(h @ items[1:].t(), t - 1, reduction="sum"),
-    }
-    per_position = torch.zeros(targets.shape)
-    per_position[valid] = F.cross_entropy(h @ items[1:].t(), t - 1, reduction="none")
-    counts = valid.sum(dim=1)
-    if bool((counts > 0).all()):                                           # else it divides 0 by 0
-        out["per_sequence_mean"] = (per_position.sum(dim=1) / counts).mean()
-    if int(t.max()) < len(items) - 1:                                      # else it raises IndexError
-        out["unshifted"] = F.cross_entropy(h @ items[1:].t(), t)
-    return {k: float(v) for k, v in out.items()}
-
-
-_VALID_CE_HINTS = {
-    "padding_positions": "padding positions are in the mean, as if 'padding' (item 0) were the next item. Keep "
-                         "only the positions with a target: mask = targets != 0, then hidden[mask], targets[mask]",
-    "padding_class": "row 0 of items is the padding item, which is never a class: score items[1:] only, "
-                     "which puts item t in column t - 1, so pass targets - 1 as the classes",
-    "over_all_positions": "you divided by all B*L positions: the mean is over the positions that have a target "
-                          "(reduction='mean' over the gathered rows does it)",
-    "sum": "you summed the losses: the library (and the learning rate it is used with) takes the mean over the "
-           "positions that have a target",
-    "unshifted": "items[1:] puts item t in column t - 1, so the classes are targets - 1 (with targets as "
-                 "they are, every position is scored against the next item's column)",
-    "per_sequence_mean": "you averaged each sequence's mean: a sequence with more targets must weigh more. Take one "
-                         "mean over all the valid positions of the batch",
-}
-_VALID_CE_RECIPE = ("keep the positions with targets != 0, score them against items[1:] (logits = h @ items[1:].T) and "
-                    "take F.cross_entropy(logits, t - 1)")
-
-
-def _diagnose_valid_ce(case: Case, yours, expected) -> str | None:
-    """The specific mistake behind a wrong loss, else the recipe."""
-    try:
-        arr = np.asarray(to_numpy(yours))
-    except Exception:  # noqa: BLE001
-        return _VALID_CE_RECIPE
-    if arr.size != 1:
-        return "return one number: the mean over the valid positions (a 0-dimensional tensor)"
-    value = float(arr.reshape(-1)[0])
-    if arr.ndim and math.isclose(value, float(expected), rel_tol=1e-4, abs_tol=1e-5):
-        return "the value is right: return it as a 0-dimensional tensor (no keepdim; .squeeze() removes the axis)"
-    if not math.isfinite(value) and math.isfinite(float(expected)):
-        hidden, targets, items = case.args
-        if float((hidden[targets.ne(0)] @ items[1:].t()).abs().max()) > 80:
-            return ("your loss is not finite where the logits are large: exp() of a logit above ~88 is inf in "
-                    "float32. Use F.cross_entropy (or torch.log_softmax), which subtracts each row's maximum first")
-        return ("your loss is not finite although the logits are small: a padding position's loss of inf or NaN "
-                "stays NaN when multiplied by 0 (inf * 0), and a sequence without targets divides 0 by 0. Select the "
-                "valid positions first (hidden[mask]) instead of zeroing the others afterwards")
-    for key, wrong in _valid_ce_variants(*case.args).items():
-        if math.isclose(value, wrong, rel_tol=1e-4, abs_tol=1e-5):
-            return _VALID_CE_HINTS[key]
-    return _VALID_CE_RECIPE
-
-
-def _gradient_gap(valid_ce, case: Case) -> str | None:
-    """``None`` when the learner's loss has the library's gradients for ``hidden`` and ``items``, else what is
-    wrong."""
-    mine = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
-    ref = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
-    try:
-        loss = valid_ce(*mine)
-    except RuntimeError as exc:     # .numpy() or an in-place change of a tensor that requires a gradient
-        return (f"it raised RuntimeError when hidden and items require gradients ({str(exc).splitlines()[0]}). Build "
-                "the loss from torch operations on hidden and items (no .numpy(), no in-place changes of them), or "
-                "backward() cannot reach the model")
-    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
-        return ("your loss is not connected to the model: it must stay a tensor computed from hidden and items "
-                "(no .item(), float(), .detach() or torch.no_grad()), or backward() cannot train anything")
-    loss.backward()
-    reference_valid_ce(*ref).backward()
-    for name, a, b in (("hidden", mine[0], ref[0]), ("items", mine[2], ref[2])):
-        if a.grad is None or not torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4):
-            return f"your loss has the right value but not the library's gradient with respect to {name}"
-    return None
-
-
-@exercise_check
-def check_valid_ce(valid_ce) -> None:
-    """Check ``valid_ce(hidden, targets, items) -> loss`` against the library's ``full_ce_loss``: the value on
-    every case, then the gradients."""
-    cases = valid_ce_cases()
-    try:
-        n = check_function(valid_ce, reference_valid_ce, cases, library=CE_LIBRARY, output_names=None,
-                           diagnose=_diagnose_valid_ce, quiet=True)
-    except CheckFailed as exc:
-        if "out of bounds" not in str(exc) or "-1" not in str(exc):
-            raise
-        fail(f"{exc}\nHint: targets - 1 turns the padding positions' target 0 into the class -1: keep only the "
-             "positions with a target before shifting (hidden[mask], targets[mask] - 1), or pass ignore_index=-1")
-    name = getattr(valid_ce, "__name__", "valid_ce")
-    for case in cases:
-        gap = _gradient_gap(valid_ce, case)
-        expect(gap is None, f"`{name}` for {case.call_text(name)} ({case.label}): {gap}")
-    passed(f"`{name}` matches the library's version ({CE_LIBRARY}) on {n} test cases, value and gradients "
-           "(padding positions get no gradient).")
-
-
 # ----------------------------------------------------------------------------- exercise 5: the block
 BLOCK_LIBRARY = "tutorial_lib.models.Block.forward"
 BLOCK_TOL = 1e-4   # every mistake below moves the output by 0.1 or more; float rounding by ~1e-6
@@ -866,6 +724,148 @@ def check_block(block_forward) -> None:
 def _as_block_function(forward):
     """``(block, x, ctx) -> x`` that runs the library's ``forward`` (saved before the check watched it)."""
     return lambda block, x, ctx: forward(x, ctx)[0]
+
+
+# ----------------------------------------------------------------------------- exercise 6: the loss
+CE_LIBRARY = "tutorial_lib.training.full_ce_loss"
+
+
+def reference_valid_ce(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """The library's full cross-entropy at valid positions (plain ``F.cross_entropy``, no chunks): a scalar."""
+    from ...training import full_ce_loss
+
+    return full_ce_loss(hidden, targets, items, chunk=None)
+
+
+def _loss_case(rng: np.random.Generator, targets: list[list[int]], n_items: int, d: int, scale: float, label: str
+               ) -> Case:
+    t = torch.tensor(targets)
+    hidden = torch.from_numpy(rng.normal(0.0, scale, size=(*t.shape, d)).astype(np.float32))
+    items = torch.from_numpy(rng.normal(0.0, 1.0, size=(n_items + 1, d)).astype(np.float32))
+    return Case((hidden, t, items), label=label)
+
+
+def valid_ce_cases(seed: int = 0) -> list[Case]:
+    """Hand-made left-padded targets first, then a row of padding only, then logits too large for a naive softmax."""
+    rng = np.random.default_rng(seed)
+    return [
+        _loss_case(rng, [[0, 3, 1, 2]], 5, 3, 1.0, "1 sequence, 1 padding position, 5 items"),
+        _loss_case(rng, [[0, 0, 4, 2, 6], [1, 5, 3, 6, 2]], 6, 4, 1.0,
+                   "2 sequences; the largest item id (6) is a target"),
+        _loss_case(rng, [[0, 0, 0, 0], [0, 0, 7, 1], [0, 2, 9, 4]], 9, 8, 1.0,
+                   "a sequence with no target at all"),
+        _loss_case(rng, [[0, 0, 12, 3, 8, 20], [4, 17, 9, 1, 6, 11]], 20, 8, 30.0,
+                   "logits in the hundreds: exp() of them overflows float32"),
+    ]
+
+
+def _valid_ce_variants(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor) -> dict[str, float]:
+    """The values of typical mistakes, so that a wrong result can be recognised."""
+    import torch.nn.functional as F
+
+    valid = targets.ne(0)
+    h, t = hidden[valid], targets[valid]
+    all_logits = hidden.reshape(-1, hidden.shape[-1]) @ items.t()          # every position, padding item too
+    out = {
+        "padding_positions": F.cross_entropy(all_logits, targets.reshape(-1)),
+        "padding_class": F.cross_entropy(h @ items.t(), t),
+        "over_all_positions": F.cross_entropy(h @ items[1:].t(), t - 1, reduction="sum") / targets.numel(),
+        "sum": F.cross_entropy(h @ items[1:].t(), t - 1, reduction="sum"),
+    }
+    per_position = torch.zeros(targets.shape)
+    per_position[valid] = F.cross_entropy(h @ items[1:].t(), t - 1, reduction="none")
+    counts = valid.sum(dim=1)
+    if bool((counts > 0).all()):                                           # else it divides 0 by 0
+        out["per_sequence_mean"] = (per_position.sum(dim=1) / counts).mean()
+    if int(t.max()) < len(items) - 1:                                      # else it raises IndexError
+        out["unshifted"] = F.cross_entropy(h @ items[1:].t(), t)
+    return {k: float(v) for k, v in out.items()}
+
+
+_VALID_CE_HINTS = {
+    "padding_positions": "padding positions are in the mean, as if 'padding' (item 0) were the next item. Keep "
+                         "only the positions with a target: mask = targets != 0, then hidden[mask], targets[mask]",
+    "padding_class": "row 0 of items is the padding item, which is never a class: score items[1:] only, "
+                     "which puts item t in column t - 1, so pass targets - 1 as the classes",
+    "over_all_positions": "you divided by all B*L positions: the mean is over the positions that have a target "
+                          "(reduction='mean' over the gathered rows does it)",
+    "sum": "you summed the losses: the library (and the learning rate it is used with) takes the mean over the "
+           "positions that have a target",
+    "unshifted": "items[1:] puts item t in column t - 1, so the classes are targets - 1 (with targets as "
+                 "they are, every position is scored against the next item's column)",
+    "per_sequence_mean": "you averaged each sequence's mean: a sequence with more targets must weigh more. Take one "
+                         "mean over all the valid positions of the batch",
+}
+_VALID_CE_RECIPE = ("keep the positions with targets != 0, score them against items[1:] (logits = h @ items[1:].T) and "
+                    "take F.cross_entropy(logits, t - 1)")
+
+
+def _diagnose_valid_ce(case: Case, yours, expected) -> str | None:
+    """The specific mistake behind a wrong loss, else the recipe."""
+    try:
+        arr = np.asarray(to_numpy(yours))
+    except Exception:  # noqa: BLE001
+        return _VALID_CE_RECIPE
+    if arr.size != 1:
+        return "return one number: the mean over the valid positions (a 0-dimensional tensor)"
+    value = float(arr.reshape(-1)[0])
+    if arr.ndim and math.isclose(value, float(expected), rel_tol=1e-4, abs_tol=1e-5):
+        return "the value is right: return it as a 0-dimensional tensor (no keepdim; .squeeze() removes the axis)"
+    if not math.isfinite(value) and math.isfinite(float(expected)):
+        hidden, targets, items = case.args
+        if float((hidden[targets.ne(0)] @ items[1:].t()).abs().max()) > 80:
+            return ("your loss is not finite where the logits are large: exp() of a logit above ~88 is inf in "
+                    "float32. Use F.cross_entropy (or torch.log_softmax), which subtracts each row's maximum first")
+        return ("your loss is not finite although the logits are small: a padding position's loss of inf or NaN "
+                "stays NaN when multiplied by 0 (inf * 0), and a sequence without targets divides 0 by 0. Select the "
+                "valid positions first (hidden[mask]) instead of zeroing the others afterwards")
+    for key, wrong in _valid_ce_variants(*case.args).items():
+        if math.isclose(value, wrong, rel_tol=1e-4, abs_tol=1e-5):
+            return _VALID_CE_HINTS[key]
+    return _VALID_CE_RECIPE
+
+
+def _gradient_gap(valid_ce, case: Case) -> str | None:
+    """``None`` when the learner's loss has the library's gradients for ``hidden`` and ``items``, else what is
+    wrong."""
+    mine = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
+    ref = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
+    try:
+        loss = valid_ce(*mine)
+    except RuntimeError as exc:     # .numpy() or an in-place change of a tensor that requires a gradient
+        return (f"it raised RuntimeError when hidden and items require gradients ({str(exc).splitlines()[0]}). Build "
+                "the loss from torch operations on hidden and items (no .numpy(), no in-place changes of them), or "
+                "backward() cannot reach the model")
+    if not isinstance(loss, torch.Tensor) or loss.grad_fn is None:
+        return ("your loss is not connected to the model: it must stay a tensor computed from hidden and items "
+                "(no .item(), float(), .detach() or torch.no_grad()), or backward() cannot train anything")
+    loss.backward()
+    reference_valid_ce(*ref).backward()
+    for name, a, b in (("hidden", mine[0], ref[0]), ("items", mine[2], ref[2])):
+        if a.grad is None or not torch.allclose(a.grad, b.grad, atol=1e-5, rtol=1e-4):
+            return f"your loss has the right value but not the library's gradient with respect to {name}"
+    return None
+
+
+@exercise_check
+def check_valid_ce(valid_ce) -> None:
+    """Check ``valid_ce(hidden, targets, items) -> loss`` against the library's ``full_ce_loss``: the value on
+    every case, then the gradients."""
+    cases = valid_ce_cases()
+    try:
+        n = check_function(valid_ce, reference_valid_ce, cases, library=CE_LIBRARY, output_names=None,
+                           diagnose=_diagnose_valid_ce, quiet=True)
+    except CheckFailed as exc:
+        if "out of bounds" not in str(exc) or "-1" not in str(exc):
+            raise
+        fail(f"{exc}\nHint: targets - 1 turns the padding positions' target 0 into the class -1: keep only the "
+             "positions with a target before shifting (hidden[mask], targets[mask] - 1), or pass ignore_index=-1")
+    name = getattr(valid_ce, "__name__", "valid_ce")
+    for case in cases:
+        gap = _gradient_gap(valid_ce, case)
+        expect(gap is None, f"`{name}` for {case.call_text(name)} ({case.label}): {gap}")
+    passed(f"`{name}` matches the library's version ({CE_LIBRARY}) on {n} test cases, value and gradients "
+           "(padding positions get no gradient).")
 
 __all__ = ["check_attention", "check_causal_mask", "check_allowed_mask", "check_attention_in_heads",
            "prove_no_leakage", "compare_in_heads", "reference_attention", "reference_causal_mask",
