@@ -13,14 +13,9 @@ class TutorialLibError(Exception):
 _FILLER_WORDS = frozenset({"and", "the", "of", "version", "preprocessing"})
 
 
-def _words(text: str) -> set[str]:
-    """The lower-case letter/digit runs of ``text``: ``"MovieLens 1M (SASRec)"`` -> {movielens, 1m, sasrec}."""
-    return set(re.findall(r"[a-z0-9]+", str(text).lower()))
-
-
-def _squeezed(text: str) -> str:
-    """``text`` without case and without anything but letters and digits: ``"ML_1M"`` -> ``"ml1m"``."""
-    return "".join(re.findall(r"[a-z0-9]+", str(text).lower()))
+def _words(text: str) -> list[str]:
+    """The lower-case letter/digit runs of ``text``: ``"MovieLens 1M (SASRec)"`` -> [movielens, 1m, sasrec]."""
+    return re.findall(r"[a-z0-9]+", str(text).lower())
 
 
 def close_names(name: str, valid: Iterable[str], descriptions: Mapping[str, str] | None = None) -> list[str]:
@@ -30,12 +25,12 @@ def close_names(name: str, valid: Iterable[str], descriptions: Mapping[str, str]
     a valid name and its description (``movielens`` -> ``ml-1m``, ``ml-100k`` through their titles); a spelling
     close to one or two valid names (``sasrc`` -> ``sasrec``)."""
     valid = list(valid)
-    same = [v for v in valid if _squeezed(v) == _squeezed(name)]
+    same = [v for v in valid if "".join(_words(v)) == "".join(_words(name))]   # ML_1M -> ml-1m
     if same:
         return same
-    words = _words(name) - _FILLER_WORDS
+    words = set(_words(name)) - _FILLER_WORDS
     if descriptions and words:
-        hits = [v for v in valid if words <= _words(f"{v} {descriptions.get(v, '')}")]
+        hits = [v for v in valid if words <= set(_words(f"{v} {descriptions.get(v, '')}"))]
         if hits:
             return hits
     lower = {v.lower(): v for v in valid}

@@ -35,7 +35,7 @@ from ..training.checkpoint import load_checkpoint
 from ..training.trainer import NEGATIVES_WITH_FULL_CE
 from ..utils.locks import HeldLock, try_hold
 from .results import append_runs, curve_path, default_results_path, project_root, read_runs, write_curve
-from .run import SYNTHETIC, ExperimentSpec, dataset_choices, dataset_descriptions, run_experiment
+from .run import SYNTHETIC, ExperimentSpec, dataset_choices, run_experiment
 
 #: (model, loss) pairs of the complete benchmark (issue: SASRec with BCE and CE, LightSANs, LightSANs-ape,
 #: PARec, FPARec, the five causal Locker variants, RKSA)
@@ -73,7 +73,9 @@ def parse_datasets(names: Sequence[str]) -> list[str]:
     valid = dataset_choices()
     bad = [n for n in names if n.strip().lower() not in valid]
     if bad:
-        hints = "".join(did_you_mean(n, valid, dataset_descriptions()) for n in bad)
+        from ..data.registry import dataset_titles
+
+        hints = "".join(did_you_mean(n, valid, dataset_titles()) for n in bad)
         raise ConfigError(f"unknown dataset(s) {bad}{hints}; valid datasets are: {', '.join(sorted(valid))}")
     return _once([n.strip().lower() for n in names], "dataset")
 

@@ -164,19 +164,14 @@ def dataset_choices() -> list[str]:
     return [*dataset_names(), SYNTHETIC]
 
 
-def dataset_descriptions() -> dict[str, str]:
-    """``{name: title}`` of the registry's datasets, so that an error can suggest ``ml-1m`` for ``movielens``."""
-    from ..data.registry import dataset_titles
-
-    return dataset_titles()
-
-
 def dataset_name(name: str) -> str:
     """``name`` as the registry spells it (lower case), or :class:`UnknownNameError` listing
     :func:`dataset_choices`."""
     key, valid = name.strip().lower(), dataset_choices()
     if key not in valid:
-        raise UnknownNameError("dataset", name, valid, dataset_descriptions())
+        from ..data.registry import dataset_titles
+
+        raise UnknownNameError("dataset", name, valid, dataset_titles())   # titles: 'movielens' finds ml-1m
     return key
 
 

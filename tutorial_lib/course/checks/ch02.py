@@ -8,6 +8,7 @@ a query may attend to a key**. ``nn.MultiheadAttention``'s ``attn_mask`` uses th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -456,7 +457,8 @@ _HEADS_HINTS = {
 }
 
 
-def _diagnose_heads(variants) -> object:
+def _diagnose_heads(variants: Callable[..., dict[str, torch.Tensor]]) -> Callable[..., str | None]:
+    """A ``diagnose(case, yours, expected)`` for check_function that names the variant ``yours`` equals."""
     def diagnose(case: Case, yours, expected) -> str | None:
         try:
             mine = torch.as_tensor(to_numpy(yours))
