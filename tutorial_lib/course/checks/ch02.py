@@ -498,14 +498,13 @@ def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, 
     from ...attention import DotProductAttention
     from ...models import Block
 
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    block = Block(DotProductAttention(d_model, n_heads), d_model, ffn_dim=2 * d_model, dropout=dropout)
-    with torch.no_grad():
-        for norm in (block.ln_attn, block.ln_ffn):
-            norm.weight.normal_(1.0, 0.5)
-            norm.bias.normal_(0.0, 0.5)
-    torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        block = Block(DotProductAttention(d_model, n_heads), d_model, ffn_dim=2 * d_model, dropout=dropout)
+        with torch.no_grad():
+            for norm in (block.ln_attn, block.ln_ffn):
+                norm.weight.normal_(1.0, 0.5)
+                norm.bias.normal_(0.0, 0.5)
     return block
 
 
@@ -520,12 +519,11 @@ def _block_inputs(seed: int = 0):
 def _run_block(fn, block, x, ctx, training: bool, seed: int = 1) -> torch.Tensor:
     """``fn(block, x, ctx)`` in training or evaluation mode, with dropout's random numbers seeded."""
     block.train(training)
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
     try:
-        return fn(block, x, ctx)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return fn(block, x, ctx)
     finally:
-        torch.set_rng_state(state)
         block.eval()
 
 
