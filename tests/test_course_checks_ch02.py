@@ -369,3 +369,11 @@ def test_other_correct_ways_to_split_pass(capsys):
 
 def test_the_split_cases_include_one_where_a_missing_transpose_keeps_the_shape():
     assert any(c.args[0].shape[1] == c.args[1] for c in ch02.split_cases())
+
+
+def test_in_heads_comparison_is_deterministic_and_leaves_the_rng_alone():
+    state = torch.get_rng_state()
+    first = ch02.compare_in_heads(ch02.reference_attention)
+    assert torch.equal(state, torch.get_rng_state())
+    assert max(first.values()) < 1e-5
+    assert ch02.compare_in_heads(ch02.reference_attention) == first

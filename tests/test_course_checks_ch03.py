@@ -197,3 +197,11 @@ def test_checks_are_deterministic_and_leave_the_rng_alone():
     first = ch03.compare_aggregation_in_layer(aggregation)
     assert torch.equal(state, torch.get_rng_state())
     assert ch03.compare_aggregation_in_layer(aggregation) == first
+
+
+def test_position_checks_are_deterministic_and_leave_the_rng_alone():
+    state = torch.get_rng_state()
+    first = ch03.compare_position_attention_in_layer(position_attention)
+    ch03.check_position_attention(position_attention)
+    assert torch.equal(state, torch.get_rng_state())
+    assert ch03.compare_position_attention_in_layer(position_attention) == first

@@ -280,3 +280,10 @@ def test_the_count_reference_counts_real_modules():
     assert ch04.reference_attention_parameters("parec", 8, 2, 10, 3) == 8 * 8 + 8 + 2 * 10 * 10
     with pytest.raises(ValueError, match="one of"):
         ch04.reference_attention_parameters("lightsans", 8, 2, 10, 3)
+
+
+def test_fparec_comparison_is_deterministic_and_leaves_the_rng_alone():
+    state = torch.get_rng_state()
+    first = ch04.compare_in_fparec(factorized_logits, positional_attention)
+    assert torch.equal(state, torch.get_rng_state())
+    assert ch04.compare_in_fparec(factorized_logits, positional_attention) == first

@@ -252,3 +252,14 @@ def test_gaussian_mistakes(wrong, match):
 def test_local_head_difference_is_zero_for_the_reference():
     diffs = ch05.local_head_difference(gaussian_bias, biased_attention)
     assert max(diffs.values()) < 1e-5
+
+
+def test_library_references_leave_the_rng_alone():
+    state = torch.get_rng_state()
+    v = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(0))
+    weight, bias = torch.ones(4, 4, 3), torch.zeros(4)
+    ch05.reference_conv_encoder(v, weight, bias, causal=True)
+    ch05.reference_gaussian_bias(5)
+    first = ch05.local_head_difference(gaussian_bias, biased_attention)
+    assert torch.equal(state, torch.get_rng_state())
+    assert ch05.local_head_difference(gaussian_bias, biased_attention) == first

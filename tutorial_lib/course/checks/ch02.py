@@ -354,10 +354,9 @@ def compare_in_heads(attention, d_model: int = 16, n_heads: int = 4, seed: int =
     from ...attention import DotProductAttention, SequenceContext, merge_heads
 
     gen = torch.Generator().manual_seed(seed)
-    torch_state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    layer = DotProductAttention(d_model, n_heads).eval()
-    torch.set_rng_state(torch_state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        layer = DotProductAttention(d_model, n_heads).eval()
     x = torch.randn(3, 7, d_model, generator=gen)
     ids = torch.tensor([[0, 0, 0, 5, 2, 8, 1], [4, 9, 3, 6, 2, 7, 5], [0, 3, 3, 1, 9, 2, 6]])
     with torch.no_grad():

@@ -299,11 +299,10 @@ def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 
     from ...attention.low_rank import LowRankAttention, soft_cap
 
     gen = torch.Generator().manual_seed(seed)
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    layers = {c: LowRankAttention(d_model, n_heads, k_interests, chunk=c).eval() for c in (32, 3)}
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        layers = {c: LowRankAttention(d_model, n_heads, k_interests, chunk=c).eval() for c in (32, 3)}
     layers[3].load_state_dict(layers[32].state_dict())
-    torch.set_rng_state(state)
     att = layers[32]
     ids = torch.tensor([[0, 0, 0, 5, 2, 8, 1, 4], [4, 9, 3, 6, 2, 7, 5, 1], [0, 3, 3, 1, 9, 2, 6, 8]])
     x = torch.randn(3, 8, d_model, generator=gen)
@@ -361,14 +360,13 @@ def check_aggregation_in_layer(causal_interest_aggregation, tol: float = 1e-4) -
 
 # ============================================================================= exercise 2: positions
 def _linear_pair(d: int, seed: int) -> tuple[nn.Linear, nn.Linear]:
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    u_q, u_k = nn.Linear(d, d), nn.Linear(d, d)
-    for layer in (u_q, u_k):
-        nn.init.normal_(layer.weight, std=1.5 / math.sqrt(d))   # logits of order 1-3: the scaling shows
-        layer.weight.requires_grad_(False)
-        layer.bias.requires_grad_(False)
-    torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        u_q, u_k = nn.Linear(d, d), nn.Linear(d, d)
+        for layer in (u_q, u_k):
+            nn.init.normal_(layer.weight, std=1.5 / math.sqrt(d))   # logits of order 1-3: the scaling shows
+            layer.weight.requires_grad_(False)
+            layer.bias.requires_grad_(False)
     return u_q, u_k
 
 
@@ -544,13 +542,12 @@ def compare_position_attention_in_layer(position_attention, d_model: int = 16, n
     from ...attention.low_rank import DecoupledPositionAttention
 
     gen = torch.Generator().manual_seed(seed)
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    table = nn.Embedding(12, d_model)
-    module = DecoupledPositionAttention(table, d_model, n_heads).eval()
-    for layer in (module.u_q, module.u_k):
-        nn.init.xavier_uniform_(layer.weight)                    # as SequentialRecommender.reset_parameters
-    torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        table = nn.Embedding(12, d_model)
+        module = DecoupledPositionAttention(table, d_model, n_heads).eval()
+        for layer in (module.u_q, module.u_k):
+            nn.init.xavier_uniform_(layer.weight)                # as SequentialRecommender.reset_parameters
     ids = torch.tensor([[0, 0, 0, 5, 2, 8, 1, 4], [4, 9, 3, 6, 2, 7, 5, 1], [0, 3, 3, 1, 9, 2, 6, 8]])
     ctx = SequenceContext.from_item_ids(ids, max_len=12)          # 8 columns: positions 4..11 of the table
     v = torch.randn(3, n_heads, 8, d_model // n_heads, generator=gen)

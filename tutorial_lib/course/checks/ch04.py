@@ -370,14 +370,13 @@ class _LearnersPositionalAttention(nn.Module):
 def _tiny_fparec(seed: int = 0):
     from ...models import build_model
 
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    model = build_model("fparec", n_items=40, max_len=8, d_model=12, n_layers=2, n_heads=2, k=3, dropout=0.0).eval()
-    with torch.no_grad():  # a pattern far from uniform, so that mistakes show
-        for block in model.blocks:
+    with torch.random.fork_rng(devices=[]), torch.no_grad():   # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        model = build_model("fparec", n_items=40, max_len=8, d_model=12, n_layers=2, n_heads=2, k=3,
+                            dropout=0.0).eval()
+        for block in model.blocks:  # a pattern far from uniform, so that mistakes show
             block.attention.f1.normal_(0.0, 0.4)
             block.attention.f2.normal_(0.0, 0.4)
-    torch.set_rng_state(state)
     return model
 
 

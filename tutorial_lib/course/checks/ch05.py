@@ -130,9 +130,8 @@ def reference_conv_encoder(v: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     taps, dh = weight.shape[-1], weight.shape[0]
     s = taps - 1 if causal else (taps - 1) // 2
     L = v.shape[1]
-    state = torch.get_rng_state()
-    layer = LocalAttention(2 * dh, 2, 1, "conv", max_len=max(L, s + 1) + 1, window=s, causal=causal)
-    torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        layer = LocalAttention(2 * dh, 2, 1, "conv", max_len=max(L, s + 1) + 1, window=s, causal=causal)
     with torch.no_grad():
         layer.convs[0].weight.copy_(weight)
         layer.convs[0].bias.copy_(bias)
@@ -261,11 +260,10 @@ def reference_gaussian_bias(L: int, a: float = 1.0, b: float = 0.5) -> torch.Ten
     library's ``initial`` encoder, read from ``LocalAttention.distance_bias``."""
     from ...attention.local import LocalAttention
 
-    state = torch.get_rng_state()
     n = max(L, 2)
-    layer = LocalAttention(4, 2, 1, "initial", max_len=n, window=1, position_table=torch.nn.Embedding(n, 4),
-                           gauss_a=a, gauss_b=b)
-    torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        layer = LocalAttention(4, 2, 1, "initial", max_len=n, window=1, position_table=torch.nn.Embedding(n, 4),
+                               gauss_a=a, gauss_b=b)
     with torch.no_grad():
         return layer.distance_bias[0, layer._distance_index(L, torch.device("cpu"))].clone()
 
@@ -429,12 +427,11 @@ def local_head_difference(gaussian_bias, biased_attention, L: int = 7, seed: int
     from ...attention import SequenceContext, split_heads
     from ...attention.local import LocalAttention
 
-    state = torch.get_rng_state()
-    torch.manual_seed(seed)
-    layer = LocalAttention(16, 2, 1, "initial", max_len=L, window=1, position_table=torch.nn.Embedding(L, 16)).eval()
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, L, 16, generator=gen)
-    torch.set_rng_state(state)
+    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+        torch.manual_seed(seed)
+        layer = LocalAttention(16, 2, 1, "initial", max_len=L, window=1,
+                               position_table=torch.nn.Embedding(L, 16)).eval()
+    x = torch.randn(2, L, 16, generator=torch.Generator().manual_seed(seed))
     ids = torch.tensor([[0, 0, 5, 2, 8, 1, 3], [4, 9, 3, 6, 2, 7, 5]])[:, -L:]
     ctx = SequenceContext.from_item_ids(ids, causal=True, max_len=L, need_weights=True)
     with torch.no_grad():
