@@ -6,6 +6,9 @@ cross-entropy over all of them (padding ignored by ``ignore_index``). Our traine
 time; each variant below adds or removes one shortcut, so the table shows what each one buys and what it
 costs in validation quality after the same number of epochs from the same initialisation.
 
+The bf16 variant runs the forward pass under ``torch.autocast`` with bfloat16 (``--precision bf16``), on
+whichever device is measured.
+
 The two ``torch.compile`` variants compile the model's forward pass (the trainer accepts the compiled module
 like any other). Compiling happens during the first epoch, so the table gives the first epoch apart and
 averages the seconds per epoch over the later ones.
@@ -64,6 +67,7 @@ VARIANTS = {
     "ours with F.cross_entropy on valid positions": ("ours", {}, {"ce_chunk": None}),
     "ours + length bucketing": ("ours", {}, {"bucketing": True}),
     "ours + torch.compile": ("ours-compiled", {}, {}),
+    "ours + bf16 autocast": ("ours", {}, {"precision": "bf16"}),
     "ours (default)": ("ours", {}, {}),
 }
 

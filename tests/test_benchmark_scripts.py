@@ -161,7 +161,7 @@ def test_compare_trained_gives_a_paired_interval_over_users(tmp_path, monkeypatc
 
 def test_train_speed_reports_the_first_epoch_apart_and_the_speed_up(tmp_path):
     out = tmp_path / "speed.md"
-    variants = ["reference: plain loop", "ours (default)"]
+    variants = ["reference: plain loop", "ours + bf16 autocast", "ours (default)"]
     script = load_script("train_speed")
     assert script.main(["--dataset", "synthetic", "--epochs", "2", "--max-len", "20", "--d-model", "16",
                         "--variants", *variants, "--out", str(out)]) == 0
