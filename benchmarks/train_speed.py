@@ -152,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        speed_up = "—" if math.isnan(ref) else f"{ref / r['s_per_epoch']:.2f}x"  # no reference variant was run
         lines.append(f"| {r['variant']} | {r['first_epoch']:.1f} | {r['s_per_epoch']:.2f} | "
-                     f"{ref / r['s_per_epoch']:.2f}x | {r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
+                     f"{speed_up} | {r['hr@10']:.4f} | {r['ndcg@10']:.4f} |")
     publish_table(lines, args.out, commit=commit, device=device)
     return 0
 

@@ -174,6 +174,14 @@ def test_train_speed_reports_the_first_epoch_apart_and_the_speed_up(tmp_path):
     assert set(script.VARIANTS) >= {"reference + torch.compile", "ours + torch.compile"}
 
 
+def test_train_speed_without_the_reference_has_no_speed_up(tmp_path):
+    out = tmp_path / "speed.md"
+    assert load_script("train_speed").main(["--dataset", "synthetic", "--epochs", "1", "--max-len", "20", "--d-model",
+                                            "16", "--variants", "ours (default)", "--out", str(out)]) == 0
+    row = next(line for line in out.read_text().splitlines() if line.startswith("| ours (default)"))
+    assert row.split("|")[4].strip() == "—"
+
+
 def test_notebook_times_runs_each_notebook_in_the_mode_asked(tmp_path):
     import nbformat
 
