@@ -17,7 +17,7 @@ from ..evaluation import EvalProtocol, Evaluator
 from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
 from ..training.trainer import training_device
-from ..utils.seeding import seed_everything
+from ..utils.seeding import forked_torch_rng, seed_everything
 from ..models.registry import get_model_entry
 from .artifacts import load_trained, save_trained, trained_model_path
 from .presets import dataset_defaults, method_preset
@@ -138,7 +138,7 @@ class ExperimentSpec:
         """Build the model once on a 2-item catalogue, so that impossible model options (a rank above
         ``max_len``, heads that do not divide ``d_model``, ...) raise :class:`ConfigError` before any data is
         loaded or training starts; the caller's torch random state is left as it was."""
-        with torch.random.fork_rng(devices=[]):
+        with forked_torch_rng():
             build_model(self.model, n_items=2, max_len=self.resolved_max_len(), n_users=1,
                         **self.resolved_model_options())
 

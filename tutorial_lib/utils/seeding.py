@@ -54,6 +54,18 @@ _NO_DETERMINISTIC_VERSION = re.compile(r"(\S+) does not have a deterministic imp
 
 
 @contextmanager
+def forked_torch_rng(seed: int | None = None) -> Iterator[None]:
+    """Run the block on a copy of torch's CPU random generator, seeded with ``seed`` when one is given.
+
+    Afterwards the caller's generator is as it was, even when the block raises: building a reference module with
+    a fixed seed does not change the random numbers of the code around it."""
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
+
+
+@contextmanager
 def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
     """Inside the block, run PyTorch's deterministic kernels only; afterwards, restore the settings it found.
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ...utils.seeding import forked_torch_rng
 from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, fail, is_stub_error, passed,
                    short_repr, to_numpy)
 
@@ -354,8 +355,7 @@ def compare_in_heads(attention, d_model: int = 16, n_heads: int = 4, seed: int =
     from ...attention import DotProductAttention, SequenceContext, merge_heads
 
     gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed):
         layer = DotProductAttention(d_model, n_heads).eval()
     x = torch.randn(3, 7, d_model, generator=gen)
     ids = torch.tensor([[0, 0, 0, 5, 2, 8, 1], [4, 9, 3, 6, 2, 7, 5], [0, 3, 3, 1, 9, 2, 6]])
@@ -497,8 +497,7 @@ def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, 
     from ...attention import DotProductAttention
     from ...models import Block
 
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed):
         block = Block(DotProductAttention(d_model, n_heads), d_model, ffn_dim=2 * d_model, dropout=dropout)
         with torch.no_grad():
             for norm in (block.ln_attn, block.ln_ffn):
@@ -519,8 +518,7 @@ def _run_block(fn, block, x, ctx, training: bool, seed: int = 1) -> torch.Tensor
     """``fn(block, x, ctx)`` in training or evaluation mode, with dropout's random numbers seeded."""
     block.train(training)
     try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with forked_torch_rng(seed):
             return fn(block, x, ctx)
     finally:
         block.eval()
@@ -865,6 +863,7 @@ def check_valid_ce(valid_ce) -> None:
         expect(gap is None, f"`{name}` for {case.call_text(name)} ({case.label}): {gap}")
     passed(f"`{name}` matches the library's version ({CE_LIBRARY}) on {n} test cases, value and gradients "
            "(padding positions get no gradient).")
+
 
 __all__ = ["check_attention", "check_causal_mask", "check_allowed_mask", "check_attention_in_heads",
            "prove_no_leakage", "compare_in_heads", "reference_attention", "reference_causal_mask",

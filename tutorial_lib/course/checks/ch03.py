@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...utils.seeding import forked_torch_rng
 from .base import (Case, call_learner, check_function, exercise_check, expect, explain_difference, fail,
                    is_stub_error, passed, to_numpy)
 
@@ -299,8 +300,7 @@ def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 
     from ...attention.low_rank import LowRankAttention, soft_cap
 
     gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed):
         layers = {c: LowRankAttention(d_model, n_heads, k_interests, chunk=c).eval() for c in (32, 3)}
     layers[3].load_state_dict(layers[32].state_dict())
     att = layers[32]
@@ -360,8 +360,7 @@ def check_aggregation_in_layer(causal_interest_aggregation, tol: float = 1e-4) -
 
 # ============================================================================= exercise 2: positions
 def _linear_pair(d: int, seed: int) -> tuple[nn.Linear, nn.Linear]:
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed):
         u_q, u_k = nn.Linear(d, d), nn.Linear(d, d)
         for layer in (u_q, u_k):
             nn.init.normal_(layer.weight, std=1.5 / math.sqrt(d))   # logits of order 1-3: the scaling shows
@@ -542,8 +541,7 @@ def compare_position_attention_in_layer(position_attention, d_model: int = 16, n
     from ...attention.low_rank import DecoupledPositionAttention
 
     gen = torch.Generator().manual_seed(seed)
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed):
         table = nn.Embedding(12, d_model)
         module = DecoupledPositionAttention(table, d_model, n_heads).eval()
         for layer in (module.u_q, module.u_k):

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...utils.seeding import forked_torch_rng
 from .base import (Case, CheckFailed, ExerciseNotDone, call_learner, check_function, exercise_check, expect, fail, not_done_message,
                    passed, to_numpy)
 
@@ -370,8 +371,7 @@ class _LearnersPositionalAttention(nn.Module):
 def _tiny_fparec(seed: int = 0):
     from ...models import build_model
 
-    with torch.random.fork_rng(devices=[]), torch.no_grad():   # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed), torch.no_grad():
         model = build_model("fparec", n_items=40, max_len=8, d_model=12, n_layers=2, n_heads=2, k=3,
                             dropout=0.0).eval()
         for block in model.blocks:  # a pattern far from uniform, so that mistakes show

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ...utils.seeding import forked_torch_rng
 from .base import Case, call_learner, check_function, exercise_check, expect, fail, passed, to_numpy
 
 WINDOW_LIBRARY = "tutorial_lib.attention.local.local_window"
@@ -130,7 +131,7 @@ def reference_conv_encoder(v: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     taps, dh = weight.shape[-1], weight.shape[0]
     s = taps - 1 if causal else (taps - 1) // 2
     L = v.shape[1]
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+    with forked_torch_rng():
         layer = LocalAttention(2 * dh, 2, 1, "conv", max_len=max(L, s + 1) + 1, window=s, causal=causal)
     with torch.no_grad():
         layer.convs[0].weight.copy_(weight)
@@ -261,7 +262,7 @@ def reference_gaussian_bias(L: int, a: float = 1.0, b: float = 0.5) -> torch.Ten
     from ...attention.local import LocalAttention
 
     n = max(L, 2)
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
+    with forked_torch_rng():
         layer = LocalAttention(4, 2, 1, "initial", max_len=n, window=1, position_table=torch.nn.Embedding(n, 4),
                                gauss_a=a, gauss_b=b)
     with torch.no_grad():
@@ -427,8 +428,7 @@ def local_head_difference(gaussian_bias, biased_attention, L: int = 7, seed: int
     from ...attention import SequenceContext, split_heads
     from ...attention.local import LocalAttention
 
-    with torch.random.fork_rng(devices=[]):          # the caller's random numbers stay as they were
-        torch.manual_seed(seed)
+    with forked_torch_rng(seed):
         layer = LocalAttention(16, 2, 1, "initial", max_len=L, window=1,
                                position_table=torch.nn.Embedding(L, 16)).eval()
     x = torch.randn(2, L, 16, generator=torch.Generator().manual_seed(seed))
