@@ -383,6 +383,34 @@ def test_the_fparec_ml1m_cell_prefers_a_run_of_the_authors_script_and_says_when_
     assert "the run in the paper's setting, fparec (L=500, compat=True, d_model=50, n_heads=1)" in cell()["reason"]
 
 
+def test_an_ablation_cell_counts_only_our_run_of_exactly_its_setting(tmp_path):
+    """FPARec's Table 6 varies the blocks of the authors' script: the presets' run or a three-block run in another
+    setting must not stand beside it; the script's own two-block run fills the 2-block cell, and the README's short
+    card shows that comparison once (it repeats Table 3's cell)."""
+    path = tmp_path / "runs.csv"
+    like = {**ROW, "model": "fparec", "dataset": "ml-1m", "protocol": "full", "loss": "ce"}
+    append_run({**like, "hr@10": 0.21, "max_len": 200, "options": "dropout=0.2 k=40", "run_id": "presets"}, path)
+    append_run({**like, "hr@10": 0.23, "max_len": 200, "options": "dropout=0.1 k=40 n_layers=3", "run_id": "three"},
+               path)
+
+    def cells():
+        return {(r["table"], r["model"]): r for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))
+                if r["paper"] == "FPARec" and r["metric"] == "hr@10" and r["dataset"] == "ml-1m"}
+
+    three = cells()[("6", "fparec (3 blocks)")]
+    assert three["seeds"] == 0 and three["reason"].startswith(
+        "not run yet in the paper's setting, fparec (L=500, compat=True, d_model=50, n_heads=1, n_layers=3)")
+    assert cells()[("5", "fparec (k=10)")]["seeds"] == 0 and cells()[("6", "fparec (2 blocks)")]["seeds"] == 0
+    assert cells()[("3", "fparec")]["ours"] == 0.21                     # Table 3 falls back to the presets' run
+    append_run({**like, "hr@10": 0.20, "max_len": 500, "options": "compat=True d_model=50 dropout=0.2 k=40 n_heads=1",
+                "run_id": "script"}, path)
+    assert [cells()[key]["ours"] for key in (("3", "fparec"), ("5", "fparec (k=40)"), ("6", "fparec (2 blocks)"))] \
+        == [0.20] * 3
+    assert cells()[("6", "fparec (3 blocks)")]["seeds"] == 0
+    short = report.scorecard_table(report.latest_runs(report.read_runs(path)), only_run=True)
+    assert short.count("| ml-1m | full | hr@10 | 0.2419 | 0.2000 |") == 1
+
+
 def test_equal_budget_table_compares_every_method_with_the_baseline_and_the_paper(tmp_path):
     path = tmp_path / "equal.csv"
     training = "epochs=60 batch_size=32 lr=0.001"

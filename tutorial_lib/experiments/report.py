@@ -373,7 +373,7 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
         losses = {"ce": ("ce", SAMPLED), "bce": ("bce",), "": LOSS_PREFERENCE}.get(rec.loss, ("ce",))
         labels = [(loss, label) for loss in losses
                   for label in (_paper_label(rec, loss, rec.training), _paper_label(rec, loss),
-                                method_label(rec.model, loss))]
+                                *(() if rec.base_model else (method_label(rec.model, loss),)))]
         found = [(loss, label, rs) for loss, label in dict.fromkeys(labels)
                  if (rs := by_protocol[rec.protocol].get((label, rec.dataset)))]
         loss, label, ours = found[0] if found else (losses[0], "", [])
@@ -381,7 +381,9 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
         reasons = []
         if not ours:
             reasons.append(f"not in results/runs.csv; run in the equal-budget comparison ({EQUAL_BUDGET.as_posix()})"
-                           if (rec.model, rec.dataset) in elsewhere else "not run yet")
+                           if (rec.model, rec.dataset) in elsewhere else
+                           f"not run yet in the paper's setting, {_paper_label(rec, losses[0])}" if rec.base_model else
+                           "not run yet")
         elif math.isnan(mean):
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
         if ours and loss != (rec.loss or "ce"):
@@ -410,22 +412,27 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
 def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], ...] = ()) -> str:
     """The label our run in the paper's setting (``rec.options`` over the presets, trained with ``training``)
     has; see :func:`run_label`."""
+    model = rec.base_model or rec.model
     if rec.dataset is None or not (rec.options or training or rec.max_len):
-        return method_label(rec.model, loss)
-    spec = ExperimentSpec(model=rec.model, dataset=rec.dataset)
+        return method_label(model, loss)
+    spec = ExperimentSpec(model=model, dataset=rec.dataset)
     try:
         options = {**spec.resolved_model_options(), **dict(rec.options)}
     except (KeyError, ValueError):
-        return method_label(rec.model, loss)
-    return run_label({"model": rec.model, "dataset": rec.dataset, "loss": loss, "max_len": rec.max_len or "",
+        return method_label(model, loss)
+    return run_label({"model": model, "dataset": rec.dataset, "loss": loss, "max_len": rec.max_len or "",
                       "options": options_text(options),
                       "training": " ".join(f"{k}={v}" for k, v in training)})
 
 
 def scorecard_table(runs: list[dict], only_run: bool = False, elsewhere: Collection[tuple[str, str]] = ()) -> str:
     rows = scorecard_rows(runs, elsewhere=elsewhere)
-    if only_run:
+    if only_run:   # the cells with a run, each comparison once (an ablation's default cell repeats the main table's)
         rows = [r for r in rows if r["seeds"] and not math.isnan(r["ours"])]
+        first = {}
+        for r in rows:
+            first.setdefault((r["paper"], r["dataset"], r["protocol"], r["metric"], r["published"], r["ours"]), r)
+        rows = list(first.values())
     if not rows:
         return "_No published cell has a matching run yet._"
     lines = ["| paper (table) | model | dataset | protocol | metric | published | ours | difference | notes |",
