@@ -91,11 +91,11 @@ def test_every_family_trains_on_the_gpu(tiny_split, name, precision, request):
     the rank-deficient case is covered by the CPU suite).
 
     Open (2026-11-26, H100, torch 2.11): ``locker-rnn`` at bf16 got a non-finite loss whenever the whole file
-    ran, and trained when run alone (README, "Test"). Marked as an expected failure (not strict) so that the
+    ran, and trained when run alone (docs/reproducibility.md). Marked as an expected failure (not strict) so that the
     README's test command passes on a GPU machine while the cause is open."""
     if (name, precision, DEVICE.type) == ("locker-rnn", "bf16", "cuda"):
         request.applymarker(pytest.mark.xfail(reason="open: locker-rnn's bf16 loss became non-finite on an H100 "
-                                                     "when the whole file ran (README, 'Test')", strict=False))
+                                                     "when the whole file ran (docs/reproducibility.md)", strict=False))
     model = small_model(tiny_split, name)
     result = Trainer(model, tiny_split, config(epochs=4, precision=precision, patience=10),
                      Evaluator(tiny_split, MAX_LEN)).fit()

@@ -55,7 +55,7 @@ RAISES_ON_CUDA = {
     "scatter_reduce": lambda argument: argument("reduce", None) == "prod",
     "_embedding_bag_backward": lambda argument: argument("mode", 0) == 2,  # mode="max"
 }
-#: deterministic on CUDA in recent torch, not in older releases (README, "Test"): reported, not refused
+#: deterministic on CUDA in recent torch, not in older releases (docs/reproducibility.md): reported, not refused
 VERSION_DEPENDENT = {"cumsum"}
 #: the families whose training calls a floating-point cumsum, as README says
 CUMSUM_FAMILIES = {"lightsans", "lightsans-ape", "locker-adapt", "rksa"}

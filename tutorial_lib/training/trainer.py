@@ -64,7 +64,7 @@ class TrainConfig:
         precision: ``"fp32"``, ``"bf16"`` (autocast, CPU or GPU) or ``"fp16"`` (CUDA AMP).
         bucketing: batch users of similar length and trim padding (faster: 1.4x on Beauty, but on ML-1M
             the homogeneous batches learned measurably slower per epoch than random ones, so it is off by
-            default; see README "Training speed").
+            default; see docs/speed.md).
         weighting: ``"target"`` (default): every target of the epoch weighs the same, whatever the
             batch it falls in (a batch's mean loss is scaled by its number of targets over the
             epoch's average); ``"batch"``: every batch's mean loss weighs the same, so with bucketing
