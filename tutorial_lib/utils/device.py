@@ -1,21 +1,34 @@
-"""Pick the compute device: CUDA, then Apple MPS, then CPU."""
+"""Pick the compute device: CUDA, then Apple MPS, then CPU (or what ``$SEQREC_DEVICE`` says)."""
 from __future__ import annotations
+
+import os
 
 import torch
 
 from ..errors import ConfigError
 
+#: the environment variable that decides what ``"auto"`` means for every run, notebook and script of the course
+#: (``cpu``, ``cuda``, ``mps``): e.g. ``SEQREC_DEVICE=cpu`` keeps an Apple-silicon Mac off MPS; unset or ``auto``,
+#: the default order
+DEVICE_ENV = "SEQREC_DEVICE"
+
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
     """Turn ``"auto"`` (or an explicit name) into a ``torch.device``.
 
-    ``"auto"`` prefers CUDA, then MPS, then CPU. An explicit device that is not available raises
-    a :class:`ConfigError` saying which devices are.
+    ``"auto"`` is ``$SEQREC_DEVICE`` when that is set (and not ``auto``), else CUDA, then MPS, then CPU. An
+    explicit device that is not available raises a :class:`ConfigError` saying which devices are.
     """
     if isinstance(device, torch.device):
         return device
-    name = str(device).lower()
+    name = str(device).strip().lower()
     if name == "auto":
+        chosen = os.environ.get(DEVICE_ENV, "").strip().lower()
+        if chosen and chosen != "auto":
+            try:
+                return resolve_device(chosen)
+            except ConfigError as exc:
+                raise ConfigError(f"{DEVICE_ENV}={chosen!r} in the environment: {exc} (or unset {DEVICE_ENV})") from exc
         if torch.cuda.is_available():
             return torch.device("cuda")
         mps = getattr(torch.backends, "mps", None)
