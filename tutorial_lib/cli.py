@@ -57,7 +57,8 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
     g.add_argument("--windows", default="recent", choices=["recent", "random"],
                    help="training window of a long history: its most recent items (default, as SASRec) or a "
                         "random window drawn anew every epoch (trains on the older items too)")
-    g.add_argument("--device", default="auto", help="auto (default: $SEQREC_DEVICE if set, else CUDA, then MPS, then CPU), cpu, cuda, mps")
+    g.add_argument("--device", default="auto",
+                   help="auto (default: $SEQREC_DEVICE if set, else CUDA, then MPS, then CPU), cpu, cuda, mps")
     g.add_argument("--deterministic", action="store_true",
                    help="deterministic GPU kernels: two GPU runs with one seed give the same numbers (slower on a "
                         "GPU; a CPU run repeats exactly without it); not part of the run id, like --device")
