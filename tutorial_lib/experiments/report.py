@@ -379,11 +379,10 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
         loss, label, ours = found[0] if found else (losses[0], "", [])
         mean = mean_std([r[rec.metric] for r in ours])[0]
         reasons = []
-        if not ours:
-            reasons.append(f"not in results/runs.csv; run in the equal-budget comparison ({EQUAL_BUDGET.as_posix()})"
-                           if (rec.model, rec.dataset) in elsewhere else
-                           f"not run yet in the paper's setting, {_paper_label(rec, losses[0])}" if rec.base_model else
-                           "not run yet")
+        if not ours and (rec.model, rec.dataset) in elsewhere:
+            reasons.append(f"not in results/runs.csv; run in the equal-budget comparison ({EQUAL_BUDGET.as_posix()})")
+        elif not ours:   # an ablation cell waits for one setting only: name it
+            reasons.append(f"not run yet in the paper's setting, {labels[0][1]}" if rec.base_model else "not run yet")
         elif math.isnan(mean):
             reasons.append(f"{rec.metric} is not recorded (results/runs.csv keeps HR/NDCG@10 and @20 and MRR)")
         if ours and loss != (rec.loss or "ce"):
