@@ -53,8 +53,8 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
                    help="halve the learning rate after this many validations without improvement (default: constant)")
     g.add_argument("--eval-every", type=int, default=1, help="validate every this many epochs (default 1)")
     g.add_argument("--patience", type=int, default=10,
-                   help="validations without improvement before early stopping (default 10); it counts "
-                        "validations, not epochs: with --eval-every 5, a patience of 10 is 50 epochs")
+                   help="validations (not epochs) without improvement before early stopping (default 10; "
+                        "with --eval-every 5 that is 50 epochs)")
     g.add_argument("--windows", default="recent", choices=["recent", "random"],
                    help="training window of a long history: its most recent items (default, as SASRec) or a "
                         "random window drawn anew every epoch (trains on the older items too)")
