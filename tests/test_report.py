@@ -208,6 +208,53 @@ def test_a_run_selected_on_another_protocol_yields_to_one_selected_on_this_proto
     assert "° weights selected on the validation of another protocol (`full-nohist`" in table
 
 
+def test_validation_chooses_among_budgets_of_one_method_never_the_date_or_the_test(tmp_path):
+    """Two budgets of the same configuration: the one with the better mean validation NDCG@10 is shown, even when
+    it is older and its test number lower; validation is compared only within one selection protocol, and a
+    configuration whose rows do not record it yields to one whose rows do."""
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "ndcg@10": 0.10, "valid_ndcg@10": 0.12, "training": "epochs=100", "date": "2026-01-01",
+                "run_id": "long"}, path)
+    for seed, valid in ((1, 0.11), (2, 0.12)):   # newer and better on test, but a lower mean validation
+        append_run({**ROW, "seed": seed, "ndcg@10": 0.14, "valid_ndcg@10": valid, "training": "epochs=200 patience=5",
+                    "date": "2026-02-01", "run_id": f"short{seed}"}, path)
+    append_run({**ROW, "ndcg@10": 0.20, "valid_ndcg@10": 0.30, "training": "epochs=50 select=full-nohist",
+                "date": "2026-03-01", "run_id": "nohist"}, path)   # another protocol's (higher) validation
+    runs = report.latest_runs(report.read_runs(path))
+    assert [r["run_id"] for r in report.grouped(runs, "full")[("sasrec", "ml-1m")]] == ["long"]
+    assert "| sasrec | **0.1000 [1]** |" in report.main_table(runs)
+    append_run({**ROW, "ndcg@10": 0.15, "training": "epochs=300", "date": "2026-04-01", "run_id": "unvalidated"},
+               path)
+    runs = report.latest_runs(report.read_runs(path))
+    assert [r["run_id"] for r in report.grouped(runs, "full")[("sasrec", "ml-1m")]] == ["long"]
+    legacy = [r for r in runs if r["run_id"] in ("unvalidated", "nohist")]
+    assert [r["run_id"] for r in report.grouped(legacy, "full")[("sasrec", "ml-1m")]] == ["unvalidated"]
+
+
+def test_a_scorecard_cell_names_a_configuration_that_validation_prefers_to_the_one_it_compares(tmp_path):
+    """The cell compares the paper's setting (or our presets) and names beside it another configuration of the
+    model whose validation is better, with its number; a worse-validated one, another loss or one selected on
+    another protocol is not named."""
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "ndcg@10": 0.10, "valid_ndcg@10": 0.11, "training": "epochs=180", "run_id": "presets"}, path)
+
+    def cell():
+        card = {(r["model"], r["metric"]): r for r in report.scorecard_rows(report.latest_runs(report.read_runs(path)))
+                if r["paper"] == "FPARec" and r["dataset"] == "ml-1m"}
+        return card[("sasrec", "ndcg@10")]
+
+    for run_id, extra in (("worse", {"options": "dropout=0.1", "valid_ndcg@10": 0.10, "ndcg@10": 0.13}),
+                          ("bce", {"loss": "bce", "valid_ndcg@10": 0.20, "ndcg@10": 0.14}),
+                          ("nohist", {"options": "n_layers=3", "valid_ndcg@10": 0.20, "ndcg@10": 0.15,
+                                      "training": "epochs=180 select=full-nohist"})):
+        append_run({**ROW, "training": "epochs=180", **extra, "run_id": run_id}, path)
+    assert cell()["ours"] == 0.10 and "validation prefers" not in cell()["reason"]
+    for seed, valid in ((1, 0.12), (2, 0.13)):
+        append_run({**ROW, "seed": seed, "options": "n_layers=4", "valid_ndcg@10": valid, "ndcg@10": 0.12,
+                    "training": "epochs=180", "run_id": f"four{seed}"}, path)
+    assert cell()["ours"] == 0.10 and cell()["reason"] == "validation prefers sasrec (n_layers=4): 0.1200 [2]"
+
+
 def test_rksa_kernel_subsets_are_variants_compared_on_the_seeds_they_share(tmp_path):
     path = tmp_path / "runs.csv"
     base = {**ROW, "dataset": "video", "loss": "bce", "max_len": 50, "options": "n_heads=1 dropout=0.5"}

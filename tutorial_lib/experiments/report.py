@@ -6,10 +6,11 @@
 
 * **Main table**: the headline protocol (full ranking, history kept, all users; CE unless the
   model name says otherwise), mean ± std over seeds of test NDCG@10 and HR@10 per method and dataset,
-  the best mean of each dataset in bold, the number of seeds in brackets when it is not 3.
+  the best mean of each dataset in bold, the number of seeds in brackets when it is not 3. Where a method
+  was trained with several budgets, validation chooses which one a cell shows (:func:`configuration_preference`).
 * **Scorecard**: every published table cell (:mod:`tutorial_lib.experiments.published`) whose dataset we
   have, beside our number under *that paper's* protocol, with the difference and the reason where they
-  differ.
+  differ, and the configuration of the model that validation prefers where it is another one.
 * **All runs**: every row of the results file, latest first per run, with its provenance.
 
 When a run was repeated with the same ``run_id`` only its latest row counts; rows of older versions
@@ -155,16 +156,31 @@ def selected_on(run: dict) -> str:
 
 def grouped(runs: list[dict], protocol: str, base: ExperimentSpec | None = None) -> dict[tuple[str, str], list[dict]]:
     """Runs of ``protocol`` grouped by (method label, dataset); when a method was run on a dataset with
-    several configurations, only the seeds of one are kept: the most recent of those selected on this
-    protocol's validation, else the most recent of those selected on another protocol's."""
+    several configurations (budgets of one label), only the seeds of one are kept, chosen by
+    :func:`configuration_preference`: validation decides, never the test numbers."""
     out: dict[tuple[str, str], list[dict]] = {}
     for r in runs:
         if r.get("protocol") == protocol:
             out.setdefault((run_label(r, base), r["dataset"]), []).append(r)
     for key, rs in out.items():
-        chosen = max(rs, key=lambda r: (selected_on(r) == protocol, r.get("date", "")))
-        out[key] = [r for r in rs if config_key(r) == config_key(chosen)]
+        configs: dict[str, list[dict]] = {}
+        for r in rs:
+            configs.setdefault(config_key(r), []).append(r)
+        out[key] = max(configs.values(), key=lambda seeds: configuration_preference(seeds, protocol))
     return out
+
+
+def configuration_preference(seeds: list[dict], protocol: str) -> tuple:
+    """Sort key of one configuration's rows (its seeds) among the configurations of a method on a dataset, the
+    preferred one largest.
+
+    First the protocol whose validation chose the weights: this one, then the headline's, then any other (its
+    name, so that validation numbers are only ever compared under one protocol). Then the mean validation
+    NDCG@10 over the seeds (a configuration whose rows do not record it comes last), then the most recent run."""
+    chosen_on = selected_on(seeds[0])
+    valid = [r.get("valid_ndcg@10", math.nan) for r in seeds]
+    mean_valid = -math.inf if any(math.isnan(v) for v in valid) else sum(valid) / len(valid)
+    return (chosen_on == protocol, chosen_on == HEADLINE, chosen_on, mean_valid, max(r.get("date", "") for r in seeds))
 
 
 SAMPLED = "sampled-ce"
@@ -398,6 +414,12 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
             reasons.append("ours at our presets (the paper's setting: " + ", ".join(setting) + ")")
         elif ours and label != method_label(rec.model, loss):
             reasons.append(f"ours: the run in the paper's setting, {label}")
+        if ours and not rec.base_model:
+            preferred = _preferred_elsewhere(by_protocol[rec.protocol], rec, ours)
+            if preferred:
+                other, rs = preferred
+                n = f" [{len(rs)}]" if len(rs) != 1 else ""
+                reasons.append(f"validation prefers {other}: {mean_std([r[rec.metric] for r in rs])[0]:.4f}{n}")
         if not rec.same_data:
             reasons.append("different dataset version")
         if rec.note:
@@ -406,6 +428,28 @@ def scorecard_rows(runs: list[dict], records: list[Published] | None = None,
                     "protocol": rec.protocol, "metric": rec.metric, "published": rec.value, "ours": mean,
                     "seeds": len(ours), "diff": mean - rec.value, "reason": "; ".join(reasons)})
     return out
+
+
+def _preferred_elsewhere(groups: dict[tuple[str, str], list[dict]], rec: Published,
+                         ours: list[dict]) -> tuple[str, list[dict]] | None:
+    """Another configuration of the cell's model (same loss, same dataset; a label of :func:`run_label`) whose mean
+    validation NDCG@10 beats that of ``ours`` (the runs the cell compares: the paper's setting or our presets),
+    both selected on the cell's protocol; the best such ``(label, runs)``, else ``None``. A scorecard cell keeps
+    comparing like with like and names this one beside it, so that it agrees with the configuration docs/results.md
+    reports as validation's pick."""
+    def mean_valid(rs: list[dict]) -> float:
+        valid = [r.get("valid_ndcg@10", math.nan) for r in rs]
+        return -math.inf if any(math.isnan(v) for v in valid) else sum(valid) / len(valid)
+
+    if selected_on(ours[0]) != rec.protocol:
+        return None
+    best, found = mean_valid(ours), None
+    for (label, dataset), rs in groups.items():
+        same = (dataset == rec.dataset and rs[0]["model"] == rec.model and rs[0].get("loss") == ours[0].get("loss")
+                and selected_on(rs[0]) == rec.protocol and rs is not ours)
+        if same and mean_valid(rs) > best:
+            best, found = mean_valid(rs), (label, rs)
+    return found
 
 
 def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], ...] = ()) -> str:
