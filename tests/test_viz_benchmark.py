@@ -125,16 +125,20 @@ def test_main_table_agrees_with_the_report_and_marks_the_best(results):
     assert empty.empty and empty_best.empty
 
 
-def test_only_the_most_recent_configuration_is_averaged_as_in_the_report(results):
-    append_run(_row("sasrec", dataset="toys", seed=42, ndcg=0.05, training="lr=0.001", date="2026-01-01T00:00:00Z"),
-               results)
-    append_run(_row("sasrec", dataset="toys", seed=43, ndcg=0.07, training="lr=0.001", date="2026-01-01T00:00:01Z"),
-               results)
-    append_run(_row("sasrec", dataset="toys", seed=42, ndcg=0.06, training="lr=0.002", date="2026-01-02T00:00:00Z"),
-               results)
+def test_only_the_configuration_validation_prefers_is_averaged_as_in_the_report(results):
+    append_run(_row("sasrec", dataset="toys", seed=42, ndcg=0.05, training="lr=0.001", date="2026-01-01T00:00:00Z",
+                    **{"valid_ndcg@10": 0.06}), results)
+    append_run(_row("sasrec", dataset="toys", seed=43, ndcg=0.07, training="lr=0.001", date="2026-01-01T00:00:01Z",
+                    **{"valid_ndcg@10": 0.07}), results)
+    append_run(_row("sasrec", dataset="toys", seed=42, ndcg=0.06, training="lr=0.002", date="2026-01-02T00:00:00Z",
+                    **{"valid_ndcg@10": 0.066}), results)     # newer, and a better validation than seed 42's 0.06
     f = vb.runs_frame(results)
     toys = f[f["dataset"] == "toys"]
     assert list(toys["current"]) == [False, False, True] and len(vb.set_aside(f)) == 2
+    append_run(_row("sasrec", dataset="toys", seed=42, ndcg=0.04, training="lr=0.003", date="2026-01-03T00:00:00Z",
+                    **{"valid_ndcg@10": 0.064}), results)     # the newest, but validation prefers lr=0.002
+    f = vb.runs_frame(results)
+    assert list(f[f["dataset"] == "toys"]["current"]) == [False, False, True, False]
     s = vb.seed_summary(f, ("ndcg@10",))
     row = s[s["dataset"] == "toys"].iloc[0]
     assert row["n"] == 1 and row["mean"] == 0.06 and not row["repeated_seed"]

@@ -9,8 +9,9 @@ temporary copy) and turns it into a pandas DataFrame, one row per run (:func:`ru
   (:func:`mean_std`, :func:`seed_summary`) and the main table with the best mean in bold
   (:func:`main_table_frame`, :func:`styled_main_table`). As in ``report.main_table``, seeds are only averaged
   within one configuration: when a method was run on a dataset with several configurations (say two learning
-  rates), only the most recent one is ``current``; the others are kept in the frame but left out of the tables
-  and figures, so that two runs of the *same* seed with different settings are never read as seed variance.
+  rates), only the one validation prefers (``report.configuration_preference``: the best mean validation NDCG@10,
+  never the test numbers) is ``current``; the others are kept in the frame but left out of the tables and
+  figures, so that two runs of the *same* seed with different settings are never read as seed variance.
 * **Paired comparisons**: :func:`paired_t` (mean difference, standard error, t statistic),
   :func:`paired_ci` (95 % confidence interval from Student's t; both, with :func:`mean_std`, live in
   :mod:`tutorial_lib.experiments.stats`, which the report uses too), and :func:`paired_seed_comparisons`
@@ -83,8 +84,8 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]], base=None):
     changed from the presets: ``report.run_label``), ``sampled`` (trained with sampled softmax, counted as its
     method's CE run as in the README), ``variant`` (another configuration than the presets: the README's
     "Other configurations"), ``config`` (everything that defines the run except its seed:
-    ``report.config_key``) and ``current`` (the run is one the README's tables use: the most recent
-    configuration of its method, dataset and protocol, and, where a method has both, the loss most methods on
+    ``report.config_key``) and ``current`` (the run is one the README's tables use: the configuration of its
+    method, dataset and protocol that validation prefers, and, where a method has both, the loss most methods on
     that dataset used; only those are averaged as seeds). Metrics and times become floats, seeds and epochs
     integers. An empty or missing file gives an empty frame with the usual columns. ``base`` (an
     ``ExperimentSpec``): label the methods relative to its settings instead of the presets, for a file whose runs
@@ -119,7 +120,8 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]], base=None):
 
 
 def set_aside(frame):
-    """The runs of older configurations (``current`` is False): kept in the file, left out of tables and figures."""
+    """The runs of the configurations the tables do not use (``current`` is False): kept in the file, left out of
+    tables and figures."""
     return frame.loc[~frame["current"].astype(bool)]
 
 
