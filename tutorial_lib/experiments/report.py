@@ -178,9 +178,15 @@ def configuration_preference(seeds: list[dict], protocol: str) -> tuple:
     name, so that validation numbers are only ever compared under one protocol). Then the mean validation
     NDCG@10 over the seeds (a configuration whose rows do not record it comes last), then the most recent run."""
     chosen_on = selected_on(seeds[0])
+    return (chosen_on == protocol, chosen_on == HEADLINE, chosen_on, mean_validation(seeds),
+            max(r.get("date", "") for r in seeds))
+
+
+def mean_validation(seeds: list[dict]) -> float:
+    """Mean best validation NDCG@10 of one configuration's rows; ``-inf`` when a row does not record it (rows
+    written before the column existed), so that such a configuration is never preferred on validation."""
     valid = [r.get("valid_ndcg@10", math.nan) for r in seeds]
-    mean_valid = -math.inf if any(math.isnan(v) for v in valid) else sum(valid) / len(valid)
-    return (chosen_on == protocol, chosen_on == HEADLINE, chosen_on, mean_valid, max(r.get("date", "") for r in seeds))
+    return -math.inf if any(math.isnan(v) for v in valid) else sum(valid) / len(valid)
 
 
 SAMPLED = "sampled-ce"
@@ -437,18 +443,14 @@ def _preferred_elsewhere(groups: dict[tuple[str, str], list[dict]], rec: Publish
     both selected on the cell's protocol; the best such ``(label, runs)``, else ``None``. A scorecard cell keeps
     comparing like with like and names this one beside it, so that it agrees with the configuration docs/results.md
     reports as validation's pick."""
-    def mean_valid(rs: list[dict]) -> float:
-        valid = [r.get("valid_ndcg@10", math.nan) for r in rs]
-        return -math.inf if any(math.isnan(v) for v in valid) else sum(valid) / len(valid)
-
     if selected_on(ours[0]) != rec.protocol:
         return None
-    best, found = mean_valid(ours), None
+    best, found = mean_validation(ours), None
     for (label, dataset), rs in groups.items():
         same = (dataset == rec.dataset and rs[0]["model"] == rec.model and rs[0].get("loss") == ours[0].get("loss")
                 and selected_on(rs[0]) == rec.protocol and rs is not ours)
-        if same and mean_valid(rs) > best:
-            best, found = mean_valid(rs), (label, rs)
+        if same and mean_validation(rs) > best:
+            best, found = mean_validation(rs), (label, rs)
     return found
 
 
