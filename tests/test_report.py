@@ -229,6 +229,11 @@ def test_validation_chooses_among_budgets_of_one_method_never_the_date_or_the_te
     assert [r["run_id"] for r in report.grouped(runs, "full")[("sasrec", "ml-1m")]] == ["long"]
     legacy = [r for r in runs if r["run_id"] in ("unvalidated", "nohist")]
     assert [r["run_id"] for r in report.grouped(legacy, "full")[("sasrec", "ml-1m")]] == ["unvalidated"]
+    # ranked under a third protocol, neither run chose its weights there: the headline's validation comes first
+    ranked = [{**r, "protocol": "sampled100",
+               "training": r["training"] if "select=" in r["training"] else r["training"] + " select=full"}
+              for r in runs if r["run_id"] in ("long", "nohist")]
+    assert [r["run_id"] for r in report.grouped(ranked, "sampled100")[("sasrec", "ml-1m")]] == ["long"]
 
 
 def test_a_scorecard_cell_names_a_configuration_that_validation_prefers_to_the_one_it_compares(tmp_path):
