@@ -131,7 +131,7 @@ def test_only_the_configuration_validation_prefers_is_averaged_as_in_the_report(
     append_run(_row("sasrec", dataset="toys", seed=43, ndcg=0.07, training="lr=0.001", date="2026-01-01T00:00:01Z",
                     **{"valid_ndcg@10": 0.07}), results)
     append_run(_row("sasrec", dataset="toys", seed=42, ndcg=0.06, training="lr=0.002", date="2026-01-02T00:00:00Z",
-                    **{"valid_ndcg@10": 0.066}), results)     # newer, and a better validation than seed 42's 0.06
+                    **{"valid_ndcg@10": 0.066}), results)     # newer, and a better validation than lr=0.001's mean
     f = vb.runs_frame(results)
     toys = f[f["dataset"] == "toys"]
     assert list(toys["current"]) == [False, False, True] and len(vb.set_aside(f)) == 2
