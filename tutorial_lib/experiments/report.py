@@ -445,13 +445,11 @@ def _preferred_elsewhere(groups: dict[tuple[str, str], list[dict]], rec: Publish
     reports as validation's pick."""
     if selected_on(ours[0]) != rec.protocol:
         return None
-    best, found = mean_validation(ours), None
-    for (label, dataset), rs in groups.items():
-        same = (dataset == rec.dataset and rs[0]["model"] == rec.model and rs[0].get("loss") == ours[0].get("loss")
-                and selected_on(rs[0]) == rec.protocol and rs is not ours)
-        if same and mean_validation(rs) > best:
-            best, found = mean_validation(rs), (label, rs)
-    return found
+    others = [(label, rs) for (label, dataset), rs in groups.items()
+              if dataset == rec.dataset and rs is not ours and rs[0]["model"] == rec.model
+              and rs[0].get("loss") == ours[0].get("loss") and selected_on(rs[0]) == rec.protocol]
+    best = max(others, key=lambda other: mean_validation(other[1]), default=None)
+    return best if best and mean_validation(best[1]) > mean_validation(ours) else None
 
 
 def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], ...] = ()) -> str:
