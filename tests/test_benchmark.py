@@ -179,6 +179,9 @@ def test_new_training_options_keep_the_ids_of_earlier_runs():
     assert spec.run_id() == "c98e650fa409"
     decayed = replace(spec, lr_decay=3)
     assert decayed.run_id() != spec.run_id() and decayed.training_options()["lr_decay"] == 3
+    cosine = replace(spec, lr_schedule="cosine")
+    assert cosine.run_id() != spec.run_id() and cosine.training_options()["lr_schedule"] == "cosine"
+    assert "lr_schedule" not in spec.training_options()
     random_windows = replace(spec, window_sampling="random")
     assert random_windows.run_id() != spec.run_id() and random_windows.training_options()["windows"] == "random"
     assert replace(spec, n_negatives=5).run_id() == spec.run_id()      # full CE samples no negatives

@@ -79,6 +79,17 @@ def test_lr_decay_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, caps
     assert "lr_decay" in capsys.readouterr().err
 
 
+def test_cosine_schedule_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
+    assert train(tmp_path, "--lr-schedule", "cosine", "--lr", "0.002") == 0
+    row = read_runs(tmp_path / "runs.csv")[0]
+    assert "lr_schedule=cosine" in row["training"] and "--lr-schedule cosine" in row["command"]
+    with open(tmp_path / "curves" / f"sasrec_synthetic_ce_full_s42_{row['run_id']}.csv", newline="") as fh:
+        assert [float(r["lr"]) for r in csv.DictReader(fh)] == pytest.approx([0.002, 0.001])
+    assert train(tmp_path, "--lr-schedule", "cosine", "--lr-decay", "3") == 2
+    assert "choose one" in capsys.readouterr().err
+
+
 def test_a_checkpoint_that_is_discarded_or_not_found_is_said(tmp_path, monkeypatch, capsys):
     """Forgetting --resume, or resuming with another --epochs (another default file), used to pass in silence."""
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)

@@ -337,6 +337,8 @@ def test_runs_with_a_learning_rate_decay_are_their_own_configuration_and_rksa_pa
     decayed = next(r for r in runs if r["model"] == "rksa" and "lr_decay" in r["training"])
     assert report.run_label(decayed) == "rksa (bce, lr_decay=3)" and report.lr_decay_of(decayed) == 3
     assert report.run_label({**decayed, "training": "epochs=200"}) == "rksa (bce)"
+    cosine = {**decayed, "training": "epochs=200 lr_schedule=cosine"}
+    assert report.run_label(cosine) == "rksa (bce, lr_schedule=cosine)" and report.lr_schedule_of(cosine) == "cosine"
     rows = report.rksa_table(runs).splitlines()[2:]
     assert [r.split(" | ")[1] for r in rows] == ["bce", "bce", "bce, lr decay 3", "bce, lr decay 3"]
     assert "| 0.7000 / 0.1500 | 0.6900 / 0.1500 | -1.4% /" in rows[0]

@@ -120,6 +120,42 @@ def test_lr_decay_halves_after_plateaus_and_survives_resume(tiny_split, tmp_path
     assert resumed.optimizer.param_groups[0]["lr"] == 1.25e-3   # no cut on the stopping validation
 
 
+def test_cosine_schedule_is_a_function_of_the_epoch_and_survives_a_pause(tiny_split, tmp_path):
+    """Epoch e of E trains at lr (1 + cos(pi (e - 1) / E)) / 2; paused after epoch 1 and resumed, the run repeats
+    the straight one exactly (rates, losses and weights)."""
+    cfg = dict(epochs=4, patience=10, lr_schedule="cosine", lr=1e-2)
+    straight_model = make_model(tiny_split)
+    straight = Trainer(straight_model, tiny_split, config(**cfg)).fit()
+    expected = [1e-2 * (1 + math.cos(math.pi * k / 4)) / 2 for k in range(4)]
+    assert [h["lr"] for h in straight.history] == pytest.approx(expected, rel=1e-12)
+    assert expected[0] == 1e-2 and all(a > b for a, b in zip(expected, expected[1:]))
+
+    ckpt = tmp_path / "cosine.pt"
+    paused = Trainer(make_model(tiny_split), tiny_split, config(**cfg, checkpoint=str(ckpt), deadline=0.0)).fit()
+    assert paused.stop_reason == "deadline" and paused.epochs_run == 1
+    resumed_model = make_model(tiny_split, seed=5)              # other weights: the checkpoint must replace them
+    resumed = Trainer(resumed_model, tiny_split, config(**cfg, checkpoint=str(ckpt))).fit()
+    assert [h["lr"] for h in resumed.history] == [h["lr"] for h in straight.history]
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in straight.history]
+    for (name, a), b in zip(straight_model.state_dict().items(), resumed_model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_cosine_schedule_resumes_only_with_its_own_epochs(tiny_split, tmp_path):
+    """The number of epochs sets a cosine run's rates, so a checkpoint refuses another; a constant-rate run may
+    be given more epochs."""
+    for schedule in ("cosine", "constant"):
+        ckpt = tmp_path / f"{schedule}.pt"
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=2, lr_schedule=schedule, checkpoint=str(ckpt))).fit()
+        longer = Trainer(make_model(tiny_split), tiny_split, config(epochs=3, lr_schedule=schedule,
+                                                                    checkpoint=str(ckpt)))
+        if schedule == "cosine":
+            with pytest.raises(ConfigError, match="epochs 2 -> 3"):
+                longer.fit()
+        else:
+            assert longer.fit().epochs_run == 3
+
+
 def test_constant_lr_without_decay(tiny_split):
     ev = ScriptedEvaluator(tiny_split, MAX_LEN, peak=1)
     result = Trainer(make_model(tiny_split), tiny_split, config(epochs=6, patience=10), ev).fit()
@@ -379,6 +415,10 @@ def test_bad_config():
         TrainConfig(lr_decay=0)
     with pytest.raises(ConfigError, match="between 0 and 1"):
         TrainConfig(lr_decay=3, lr_decay_factor=1.0)
+    with pytest.raises(ConfigError, match="lr_schedule must be one of"):
+        TrainConfig(lr_schedule="linear")
+    with pytest.raises(ConfigError, match="choose one"):
+        TrainConfig(lr_schedule="cosine", lr_decay=3)
     with pytest.raises(ConfigError, match="window_sampling"):
         TrainConfig(window_sampling="oldest")
     with pytest.raises(ConfigError, match="time_budget"):

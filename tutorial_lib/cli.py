@@ -51,6 +51,9 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
     g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
     g.add_argument("--lr-decay", type=int, default=None, metavar="N",
                    help="halve the learning rate after this many validations without improvement (default: constant)")
+    g.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+                   help="constant (default) or cosine: the rate falls from --lr at the first epoch towards 0 at "
+                        "the last of --epochs (not with --lr-decay)")
     g.add_argument("--eval-every", type=int, default=1, help="validate every this many epochs (default 1)")
     g.add_argument("--patience", type=int, default=10,
                    help="validations (not epochs) without improvement before early stopping (default 10; "
@@ -254,7 +257,8 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
 
     base = ExperimentSpec(loss=args.loss, protocol=args.protocol, also_protocols=tuple(args.also_protocols),
                           epochs=args.epochs, patience=args.patience, lr_decay=args.lr_decay,
-                          eval_every=args.eval_every, batch_size=args.batch_size, lr=args.lr, max_len=args.max_len,
+                          lr_schedule=args.lr_schedule, eval_every=args.eval_every, batch_size=args.batch_size,
+                          lr=args.lr, max_len=args.max_len,
                           n_negatives=args.negatives, bucketing=args.bucketing, window_sampling=args.windows,
                           device=args.device, deterministic=args.deterministic, precision=args.precision,
                           mask_prob=args.mask_prob,
@@ -309,8 +313,8 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
         model=args.model.lower(), dataset=dataset, loss=args.loss, protocol=args.protocol,
         also_protocols=tuple(args.also_protocols),
         seed=args.seed, epochs=epochs, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
-        patience=args.patience, lr_decay=args.lr_decay, eval_every=args.eval_every, eval_users=args.eval_users,
-        n_negatives=args.negatives, device=args.device, deterministic=args.deterministic, precision=args.precision,
+        patience=args.patience, lr_decay=args.lr_decay, lr_schedule=args.lr_schedule, eval_every=args.eval_every,
+        eval_users=args.eval_users, n_negatives=args.negatives, device=args.device, deterministic=args.deterministic, precision=args.precision,
         bucketing=args.bucketing, weighting=args.weighting, window_sampling=args.windows, mask_prob=args.mask_prob,
         time_budget=args.time_budget, model_options=options,
         data_dir=args.data_dir, download=args.download, progress=_progress_bars(args),

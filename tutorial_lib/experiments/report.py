@@ -108,6 +108,9 @@ def run_label(run: dict, base: ExperimentSpec | None = None) -> str:
     decay = lr_decay_of(run)   # a training schedule that changes the method, unlike the budget (epochs, patience)
     if decay != spec.lr_decay:
         changes.append(f"lr_decay={decay}")
+    schedule = lr_schedule_of(run)
+    if schedule != spec.lr_schedule:
+        changes.append(f"lr_schedule={schedule}")
     windows = windows_of(run)  # so does the data it trains on
     if windows != spec.window_sampling:
         changes.append(f"windows={windows}")
@@ -125,6 +128,13 @@ def lr_decay_of(run: dict) -> int | None:
     """The ``lr_decay`` a row's run trained with (``None``: a constant learning rate)."""
     found = re.search(r"\blr_decay=(\d+)", run.get("training") or "")
     return int(found.group(1)) if found else None
+
+
+def lr_schedule_of(run: dict) -> str:
+    """The learning-rate schedule a row's run trained with (``"constant"`` unless ``lr_schedule=`` is in
+    ``training``)."""
+    found = re.search(r"\blr_schedule=(\w+)", run.get("training") or "")
+    return found.group(1) if found else "constant"
 
 
 def windows_of(run: dict) -> str:

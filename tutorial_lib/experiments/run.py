@@ -42,6 +42,7 @@ class ExperimentSpec:
     lr: float = 1e-3
     patience: int = 10
     lr_decay: int | None = None
+    lr_schedule: str = "constant"
     eval_every: int = 1
     eval_users: int | None = None
     n_negatives: int | None = None
@@ -107,13 +108,14 @@ class ExperimentSpec:
                 **({"mask_prob": self.resolved_mask_prob()} if self.cloze else {}),
                 **({"time_budget": self.time_budget} if self.time_budget is not None else {}),
                 **({"lr_decay": self.lr_decay} if self.lr_decay is not None else {}),
+                **({"lr_schedule": self.lr_schedule} if self.lr_schedule != "constant" else {}),
                 **({"windows": self.window_sampling} if self.window_sampling != "recent" else {})}
 
     def train_config(self) -> TrainConfig:
         """The trainer's settings for this run (validated: impossible values raise :class:`ConfigError`)."""
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, loss=self.loss,
                            n_negatives=self.n_negatives, eval_every=self.eval_every, patience=self.patience,
-                           lr_decay=self.lr_decay,
+                           lr_decay=self.lr_decay, lr_schedule=self.lr_schedule,
                            seed=self.seed, device=self.device, deterministic=self.deterministic,
                            precision=self.precision, bucketing=self.bucketing,
                            weighting=self.weighting, window_sampling=self.window_sampling,

@@ -31,6 +31,7 @@ from .optimizer import make_adam
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 WEIGHTINGS = ("target", "batch")
+LR_SCHEDULES = ("constant", "cosine")
 QUIET_ENV = "TUTORIAL_LIB_QUIET"
 #: why negatives and the full cross-entropy do not go together (raised by TrainConfig and the benchmark's plan)
 NEGATIVES_WITH_FULL_CE = ("n_negatives (--negatives) is for the sampled losses 'bce' and 'sampled-ce'; loss 'ce' "
@@ -54,6 +55,10 @@ class TrainConfig:
             row without improvement (``None``: a constant rate). The RKSA paper trains every method "with
             learning rate decay and early stopping"; docs/methods.md A12 reads it as halving after 3.
         lr_decay_factor: the factor of each decay (0 < factor < 1).
+        lr_schedule: ``"constant"`` (default; with ``lr_decay``, cut on plateaus) or ``"cosine"``: epoch ``e`` of
+            ``epochs`` trains at ``lr * (1 + cos(pi * (e - 1) / epochs)) / 2``, from ``lr`` at the first epoch
+            down towards 0 at the last, a function of the epoch alone (so a resumed run continues it exactly).
+            ``epochs`` is then part of the schedule: a run resumes only with the ``epochs`` it started with.
         select_metric: validation metric for early stopping and model selection.
         seed: seeds batching and negative sampling (seed model initialisation before building it).
         device: ``"auto"`` (CUDA, then MPS, then CPU) or an explicit device.
@@ -103,6 +108,7 @@ class TrainConfig:
     patience: int = 10
     lr_decay: int | None = None
     lr_decay_factor: float = 0.5
+    lr_schedule: str = "constant"
     select_metric: str = "ndcg@10"
     seed: int = 42
     device: str = "auto"
@@ -137,6 +143,12 @@ class TrainConfig:
         if not 0 < self.lr_decay_factor < 1:
             raise ConfigError(f"lr_decay_factor must be between 0 and 1 (0.5 halves the rate), "
                               f"got {self.lr_decay_factor}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ConfigError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.lr_schedule != "constant" and self.lr_decay is not None:
+            raise ConfigError(f"lr_decay (cut the rate on a plateau) and lr_schedule={self.lr_schedule!r} (a rate "
+                              f"fixed by the epoch) both set the learning rate: choose one (--lr-decay or "
+                              f"--lr-schedule)")
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
         if self.weighting not in WEIGHTINGS:
@@ -173,6 +185,14 @@ class TrainConfig:
     @property
     def show_log(self) -> bool:
         return self.verbose if self.verbose is not None else not quiet_env()
+
+
+def scheduled_lr(config: TrainConfig, epoch: int) -> float | None:
+    """The learning rate epoch ``epoch`` (1-based) trains at under ``config.lr_schedule``; ``None`` for the
+    constant schedule, whose rate only ``lr_decay`` changes."""
+    if config.lr_schedule == "constant":
+        return None
+    return config.lr * (1 + math.cos(math.pi * (epoch - 1) / config.epochs)) / 2
 
 
 def quiet_env() -> bool:
@@ -359,6 +379,11 @@ class Trainer:
         """The learning rate of the next step (the optimizer's, so it survives a resume)."""
         return float(self.optimizer.param_groups[0]["lr"])
 
+    def set_lr(self, lr: float) -> None:
+        """Give every parameter group the learning rate ``lr``."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def decay_lr(self) -> None:
         """Multiply every parameter group's learning rate by ``lr_decay_factor``."""
         for group in self.optimizer.param_groups:
@@ -399,6 +424,7 @@ class Trainer:
         return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"]
 
     #: settings a resumed run may change: how long it trains and how it reports, not what one step does
+    #: (``epochs`` only under a constant rate: a cosine schedule's rate depends on it)
     RESUMABLE_CHANGES = ("epochs", "patience", "eval_every", "time_budget", "deadline", "checkpoint", "device",
                          "deterministic", "progress", "verbose", "ce_chunk")
 
@@ -407,8 +433,9 @@ class Trainer:
         continue a different run (an Adam state carries its own learning rate) under this run's name."""
         saved = state.get("config", {})
         now = self._config_values()
+        free = set(self.RESUMABLE_CHANGES) - ({"epochs"} if now["lr_schedule"] != "constant" else set())
         changed = {k: (saved[k], now[k]) for k in saved.keys() & now.keys()
-                   if k not in self.RESUMABLE_CHANGES and saved[k] != now[k]}
+                   if k not in free and saved[k] != now[k]}
         if changed:
             listed = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in sorted(changed.items()))
             raise ConfigError(f"checkpoint {path} was written with other training settings ({listed}); resume "
@@ -453,6 +480,9 @@ class Trainer:
         for epoch in range(start, cfg.epochs + 1):
             if stopped_early:
                 break
+            lr = scheduled_lr(cfg, epoch)
+            if lr is not None:
+                self.set_lr(lr)
             t0 = time.perf_counter()
             loss = self.train_epoch(epoch)
             seconds = time.perf_counter() - t0
