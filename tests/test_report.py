@@ -16,6 +16,25 @@ ROW = {"model": "sasrec", "dataset": "ml-1m", "protocol": "full", "loss": "ce", 
        "train_seconds": 10.0, "seconds_per_epoch": 2.0, "device": "cpu"}
 
 
+def test_reruns_beside_the_results_file_replace_the_rows_of_their_runs(tmp_path):
+    """A rerun (same run id, after an evaluator fix) in ablations/validation_negatives.csv takes its run's place in
+    the reported rows; one of a run the file does not have is ignored, and so is a rerun file elsewhere."""
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "run_id": "a", "hr@10": 0.30}, path)
+    append_run({**ROW, "run_id": "b", "seed": 2, "hr@10": 0.32}, path)
+    append_run({**ROW, "dataset": "synthetic", "run_id": "s"}, path)                 # a demonstration: never
+    reruns = tmp_path / report.RERUNS
+    append_run({**ROW, "run_id": "a", "hr@10": 0.29}, reruns)
+    append_run({**ROW, "run_id": "s", "dataset": "synthetic"}, reruns)              # its run is not reported
+    append_run({**ROW, "run_id": "z", "seed": 9, "hr@10": 0.99}, reruns)           # no such run in runs.csv
+    runs = {r["run_id"]: r["hr@10"] for r in report.latest_runs(report.reported_rows(path))}
+    assert runs == {"a": 0.29, "b": 0.32}
+    (tmp_path / "elsewhere").mkdir()
+    moved = tmp_path / "elsewhere" / "runs.csv"
+    moved.write_text(path.read_text())
+    assert {r["run_id"]: r["hr@10"] for r in report.latest_runs(report.reported_rows(moved))}["a"] == 0.30
+
+
 def test_tables_average_seeds_mark_the_best_and_place_published_numbers(tmp_path):
     path = tmp_path / "runs.csv"
     append_run({**ROW, "run_id": "a"}, path)

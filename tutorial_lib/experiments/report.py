@@ -11,7 +11,8 @@
 * **Scorecard**: every published table cell (:mod:`tutorial_lib.experiments.published`) whose dataset we
   have, beside our number under *that paper's* protocol, with the difference and the reason where they
   differ, and the configuration of the model that validation prefers where it is another one.
-* **All runs**: every row of the results file, latest first per run, with its provenance.
+* **Every run**: every row of the results file and its reruns (:data:`RERUNS`), in the order they were written,
+  with its provenance.
 
 When a run was repeated with the same ``run_id`` only its latest row counts; rows of older versions
 (without ``run_id``) count as their own runs.
@@ -47,10 +48,22 @@ LOCKER_ENCODERS = ("rnn", "conv", "win", "initial", "adapt")
 DEMO_DATASET = "synthetic"
 
 
+#: reruns of runs of a results file, beside it (``<folder of the file>/RERUNS``): each row repeats a run of the
+#: file with the same settings (its ``run_id``) after a fix to the evaluator (validation drew the test's
+#: negatives until 2026-11-27), so it replaces that run's row of its protocol in every table; rows of run ids the
+#: file does not have are ignored. (The runner never repeats a run whose row exists in the file it writes to,
+#: so a rerun's rows go to a file of their own.)
+RERUNS = Path("ablations") / "validation_negatives.csv"
+
+
 def reported_rows(path: Path | None = None) -> list[dict[str, str]]:
     """The rows of the results file that the documents report: every row except those on the synthetic data, so
-    that a learner's first ``train`` run leaves README and ``results/README.md`` as they are."""
-    return [r for r in read_runs(path or default_results_path()) if r.get("dataset") != DEMO_DATASET]
+    that a learner's first ``train`` run leaves README and ``results/README.md`` as they are, followed by the
+    :data:`RERUNS` of its runs (which :func:`latest_runs` then keeps in their place)."""
+    path = Path(path or default_results_path())
+    rows = [r for r in read_runs(path) if r.get("dataset") != DEMO_DATASET]
+    ids = {r["run_id"] for r in rows if r.get("run_id")}
+    return rows + [r for r in read_runs(path.parent / RERUNS) if r.get("run_id") in ids]
 
 
 def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
@@ -976,7 +989,9 @@ def render_results_readme(results: Path | None = None) -> str:
         "Each row carries the exact command, the commit, the hardware and the library versions that produced it; "
         "per-epoch training curves are in `results/curves/<model>_<dataset>_<loss>_<protocol>_s<seed>_<run_id>.csv`. "
         "Speed and efficiency tables are in `results/benchmarks/`. Rows on the synthetic data (`train` without "
-        "`--dataset`, a demonstration) are not reported.",
+        "`--dataset`, a demonstration) are not reported. The rows of `results/ablations/validation_negatives.csv` "
+        "rerun runs of `results/runs.csv` (same `run_id`) after a fix to the evaluator and replace their rows "
+        "here.",
         "",
         "## Main table (headline protocol)",
         "",
@@ -1008,7 +1023,8 @@ def render_results_readme(results: Path | None = None) -> str:
               *(["", "## RKSA's kernel subsets", "", "\n\n".join(kernels)] if (kernels := _kernel_section(runs))
                 else []),
               *([""] + equal if (equal := _equal_budget_section(equal_runs)) else []),
-              "", "## Every run", "", runs_table(rows), ""]
+              "", "## Every run", "", "In the order they were written; the reruns come last.", "",
+              runs_table(rows), ""]
     return "\n".join(parts)
 
 
