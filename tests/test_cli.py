@@ -68,26 +68,21 @@ def _small_synthetic(seed=0):
     return make_synthetic(n_users=100, n_items=60, min_len=5, max_len=15, seed=seed)
 
 
-def test_lr_decay_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("flag, value, training, rates, refused, complaint", [
+    ("--lr-decay", "3", "lr_decay=3", [0.002, 0.002], ["--lr-decay", "0"], "lr_decay"),
+    ("--lr-schedule", "cosine", "lr_schedule=cosine", [0.002, 0.001], ["--lr-schedule", "cosine", "--lr-decay", "3"],
+     "choose one"),
+])
+def test_learning_rate_flags_reach_the_row_and_the_curve(tmp_path, monkeypatch, capsys, flag, value, training,
+                                                         rates, refused, complaint):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
-    assert train(tmp_path, "--lr-decay", "3", "--lr", "0.002") == 0
+    assert train(tmp_path, flag, value, "--lr", "0.002") == 0
     row = read_runs(tmp_path / "runs.csv")[0]
-    assert "lr_decay=3" in row["training"] and "--lr-decay 3" in row["command"]
+    assert training in row["training"] and f"{flag} {value}" in row["command"]
     with open(tmp_path / "curves" / f"sasrec_synthetic_ce_full_s42_{row['run_id']}.csv", newline="") as fh:
-        assert [float(r["lr"]) for r in csv.DictReader(fh)] == [0.002, 0.002]
-    assert train(tmp_path, "--lr-decay", "0") == 2
-    assert "lr_decay" in capsys.readouterr().err
-
-
-def test_cosine_schedule_flag_reaches_the_row_and_the_curve(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
-    assert train(tmp_path, "--lr-schedule", "cosine", "--lr", "0.002") == 0
-    row = read_runs(tmp_path / "runs.csv")[0]
-    assert "lr_schedule=cosine" in row["training"] and "--lr-schedule cosine" in row["command"]
-    with open(tmp_path / "curves" / f"sasrec_synthetic_ce_full_s42_{row['run_id']}.csv", newline="") as fh:
-        assert [float(r["lr"]) for r in csv.DictReader(fh)] == pytest.approx([0.002, 0.001])
-    assert train(tmp_path, "--lr-schedule", "cosine", "--lr-decay", "3") == 2
-    assert "choose one" in capsys.readouterr().err
+        assert [float(r["lr"]) for r in csv.DictReader(fh)] == pytest.approx(rates)   # 2 epochs
+    assert train(tmp_path, *refused) == 2
+    assert complaint in capsys.readouterr().err
 
 
 def test_a_checkpoint_that_is_discarded_or_not_found_is_said(tmp_path, monkeypatch, capsys):
