@@ -139,21 +139,18 @@ def key_values(text: str | None) -> dict[str, str]:
 
 def lr_decay_of(run: dict) -> int | None:
     """The ``lr_decay`` a row's run trained with (``None``: a constant learning rate)."""
-    found = re.search(r"\blr_decay=(\d+)", run.get("training") or "")
-    return int(found.group(1)) if found else None
+    decay = key_values(run.get("training")).get("lr_decay")
+    return int(decay) if decay is not None else None
 
 
 def lr_schedule_of(run: dict) -> str:
-    """The learning-rate schedule a row's run trained with (``"constant"`` unless ``lr_schedule=`` is in
-    ``training``)."""
-    found = re.search(r"\blr_schedule=(\w+)", run.get("training") or "")
-    return found.group(1) if found else "constant"
+    """The learning-rate schedule a row's run trained with (``"constant"`` unless ``training`` names one)."""
+    return key_values(run.get("training")).get("lr_schedule", "constant")
 
 
 def windows_of(run: dict) -> str:
-    """The training windows a row's run drew (``"recent"`` unless ``windows=`` is in ``training``)."""
-    found = re.search(r"\bwindows=(\w+)", run.get("training") or "")
-    return found.group(1) if found else "recent"
+    """The training windows a row's run drew (``"recent"`` unless ``training`` names others)."""
+    return key_values(run.get("training")).get("windows", "recent")
 
 
 def is_variant(label: str, run: dict) -> bool:
@@ -989,9 +986,9 @@ def render_results_readme(results: Path | None = None) -> str:
         "Each row carries the exact command, the commit, the hardware and the library versions that produced it; "
         "per-epoch training curves are in `results/curves/<model>_<dataset>_<loss>_<protocol>_s<seed>_<run_id>.csv`. "
         "Speed and efficiency tables are in `results/benchmarks/`. Rows on the synthetic data (`train` without "
-        "`--dataset`, a demonstration) are not reported. The rows of `results/ablations/validation_negatives.csv` "
-        "rerun runs of `results/runs.csv` (same `run_id`) after a fix to the evaluator and replace their rows "
-        "here.",
+        "`--dataset`, a demonstration) are not reported. The rows of "
+        f"`{(Path('results') / RERUNS).as_posix()}` rerun runs of `results/runs.csv` (same `run_id`) after a fix "
+        "to the evaluator and replace their rows here.",
         "",
         "## Main table (headline protocol)",
         "",
