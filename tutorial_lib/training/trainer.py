@@ -385,9 +385,8 @@ class Trainer:
             group["lr"] = lr
 
     def decay_lr(self) -> None:
-        """Multiply every parameter group's learning rate by ``lr_decay_factor``."""
-        for group in self.optimizer.param_groups:
-            group["lr"] *= self.config.lr_decay_factor
+        """Multiply the learning rate by ``lr_decay_factor`` (the optimizer has one parameter group)."""
+        self.set_lr(self.current_lr * self.config.lr_decay_factor)
         if self.config.show_log:
             tqdm.write(f"learning rate cut to {self.current_lr:.3g}")
 
