@@ -230,8 +230,8 @@ def average_attention_map(model: nn.Module, histories: Sequence[np.ndarray], len
         histories: per user, the chronological item ids (e.g. ``split.history(u, "test")``).
         length: the window length (Figure 2d: 20).
         n_samples: the number of windows to average (Figure 2d: 200).
-        layer, head: which map (Figure 2d: the first layer's first head). With Locker's models the
-            local heads come first (heads ``0 .. n_local - 1``), then the global ones.
+        layer, head: which map (Figure 2d does not say which; ``0, 0`` is the first layer's first head).
+            With Locker's models the local heads come first (heads ``0 .. n_local - 1``), then the global ones.
         seed: the random choice of histories.
         return_count: also return how many windows were averaged.
     Returns:
