@@ -64,13 +64,30 @@ def test_references_pass(capsys):
     ch03.check_position_attention_in_layer(position_attention)
     out = capsys.readouterr().out
     assert out.count("✅") == 11 and "no future leakage" in out and "padding ignored" in out
+    assert "calls the library's" not in out
 
 
-def test_library_functions_pass_their_own_checks():
+def test_library_functions_pass_their_own_checks(capsys):
     from tutorial_lib.attention.low_rank import causal_interest_aggregation
 
     ch03.check_causal_interest_aggregation(lambda x, logits, valid: causal_interest_aggregation(x, logits, valid)[0])
+    assert "ℹ it calls the library's causal_interest_aggregation itself" in capsys.readouterr().out
     ch03.check_position_attention(ch03.reference_position_attention)
+
+
+library_aggregation = None   # set by the test below: a module-level name, as the notebook's import makes one
+
+
+def test_an_answer_through_a_global_name_of_the_library_function_is_noticed(capsys, monkeypatch):
+    from tutorial_lib.attention.low_rank import causal_interest_aggregation
+
+    monkeypatch.setitem(globals(), "library_aggregation", causal_interest_aggregation)
+
+    def answer(x, logits, valid):
+        return library_aggregation(x, logits, valid)[0]
+
+    ch03.check_causal_interest_aggregation(answer)
+    assert "ℹ it calls the library's" in capsys.readouterr().out
 
 
 def test_nan_free_position_attention_without_the_diagonal_passes():
