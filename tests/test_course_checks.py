@@ -128,6 +128,32 @@ def test_success_prints_one_line(capsys):
     assert out == "✅ `cumsum` matches the library's version (np.cumsum) on 2 test cases.\n"
 
 
+def test_an_answer_that_calls_the_library_function_is_noticed(capsys):
+    check_function(lambda x: np.cumsum(x), ref_cumsum, CASES, name="cumsum", library="numpy.cumsum")
+    assert "ℹ `cumsum` calls the library's numpy.cumsum itself" in capsys.readouterr().out
+
+    def by_hand(x):
+        total, out = 0, []
+        for v in x:
+            total += v
+            out.append(total)
+        return np.array(out)
+
+    check_function(by_hand, ref_cumsum, CASES, name="cumsum", library="numpy.cumsum")
+    assert "calls the library's" not in capsys.readouterr().out
+
+
+def test_library_object_resolves_dotted_paths_only():
+    from tutorial_lib.course.checks.base import library_object
+    from tutorial_lib.evaluation import ndcg_at_k
+
+    assert library_object("tutorial_lib.evaluation.ndcg_at_k") is ndcg_at_k
+    assert library_object("numpy.cumsum") is np.cumsum
+    assert library_object("tutorial_lib.attention.local.LocalAttention (encoder='conv')") is None
+    assert library_object("tutorial_lib.evaluation.no_such_function") is None
+    assert library_object(None) is None
+
+
 def test_stub_raises_exercise_not_done_which_is_a_not_implemented_error():
     def cumsum(x):
         # YOUR CODE HERE

@@ -71,7 +71,7 @@ def test_library_functions_pass_their_own_checks(capsys):
     from tutorial_lib.attention.low_rank import causal_interest_aggregation
 
     ch03.check_causal_interest_aggregation(lambda x, logits, valid: causal_interest_aggregation(x, logits, valid)[0])
-    assert "ℹ it calls the library's causal_interest_aggregation itself" in capsys.readouterr().out
+    assert "calls the library's tutorial_lib.attention.low_rank.causal_interest_aggregation itself" in capsys.readouterr().out
     ch03.check_position_attention(ch03.reference_position_attention)
 
 
@@ -87,7 +87,7 @@ def test_an_answer_through_a_global_name_of_the_library_function_is_noticed(caps
         return library_aggregation(x, logits, valid)[0]
 
     ch03.check_causal_interest_aggregation(answer)
-    assert "ℹ it calls the library's" in capsys.readouterr().out
+    assert "ℹ `answer` calls the library's" in capsys.readouterr().out
 
 
 def test_nan_free_position_attention_without_the_diagonal_passes():

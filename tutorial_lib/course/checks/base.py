@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib
 import io
+import re
 import traceback
+import types
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -461,6 +464,9 @@ def check_function(
     if not quiet:
         against = f" ({library})" if library else ""
         print(f"{OK_MARK} `{name}` matches the library's version{against} on {len(cases)} test cases.")
+    target = library_object(library)
+    if target is not None and refers_to(learner, target):
+        print(f"ℹ `{name}` calls the library's {library} itself: the exercise is to write it yourself.")
     return len(cases)
 
 
@@ -480,15 +486,23 @@ def passed(message: str) -> None:
     print(f"{OK_MARK} {message}")
 
 
-def refers_to(fn: Callable, target: Callable) -> bool:
-    """Whether the code of ``fn`` names ``target`` (a global, or a variable it closes over), under any name:
-    how a check notices an exercise answered by calling the library's own function."""
+def refers_to(fn: Callable, target: Any, depth: int = 3) -> bool:
+    """Whether the code of ``fn`` names ``target`` (a global, or a variable it closes over), under any name,
+    also through functions it closes over (a check's wrapper around the learner's function): how a check
+    notices an exercise answered by calling the library's own function."""
+    if fn is target:
+        return True
     code = getattr(fn, "__code__", None)
-    if code is None:
-        return fn is target
+    if code is None or depth == 0:
+        return False
     globals_ = getattr(fn, "__globals__", {})
+    named = [globals_.get(n) for n in code.co_names]
+    modules = [obj for obj in named if isinstance(obj, types.ModuleType)]
+    if any(obj is target for obj in named) or any(getattr(m, n, None) is target     # module.function
+                                                   for m in modules for n in code.co_names):
+        return True
     cells = [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ()) if _filled(cell)]
-    return any(globals_.get(n) is target for n in code.co_names) or any(c is target for c in cells)
+    return any(callable(c) and refers_to(c, target, depth - 1) for c in cells)
 
 
 def _filled(cell) -> bool:
@@ -497,3 +511,23 @@ def _filled(cell) -> bool:
     except ValueError:          # a closure variable not assigned yet
         return False
     return True
+
+
+def library_object(library: str | None) -> Any:
+    """The object a ``library`` string such as ``"tutorial_lib.evaluation.ndcg_at_k"`` names, or None when the
+    string is a description rather than a dotted path (``"... (encoder='conv')"``)."""
+    if not library or not re.fullmatch(r"[A-Za-z_][\w.]*", library):
+        return None
+    parts = library.split(".")
+    for split_at in range(len(parts) - 1, 0, -1):      # the longest importable module, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:split_at]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[split_at:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            return None
+        return obj
+    return None

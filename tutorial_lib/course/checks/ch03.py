@@ -24,7 +24,7 @@ from torch import nn
 
 from ...utils.seeding import forked_torch_rng
 from .base import (Case, call_learner, check_function, exercise_check, expect, explain_difference, fail,
-                   is_stub_error, passed, refers_to, to_numpy)
+                   is_stub_error, passed, to_numpy)
 
 AGGREGATION_LIBRARY = "tutorial_lib.attention.low_rank.causal_interest_aggregation"
 POSITION_LIBRARY = "tutorial_lib.attention.base.apply_shared_pattern, used by DecoupledPositionAttention"
@@ -286,10 +286,6 @@ def check_causal_interest_aggregation(causal_interest_aggregation) -> None:
                    cases, name=name, library=AGGREGATION_LIBRARY, diagnose=_diagnose_aggregation,
                    hint="interests[b, t, k] = sum_{j <= t, valid} softmax_j(logits[b, :t+1, k]) * x[b, j] "
                         "(the softmax runs over the real items 1..t, separately for each interest)")
-    from ...attention.low_rank import causal_interest_aggregation as library_function
-    if refers_to(fn, library_function):
-        print("ℹ it calls the library's causal_interest_aggregation itself; the exercise is to write it from the "
-              "formula (the masked softmax or the prefix sums).")
 
 
 def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 2, k_interests: int = 4,
