@@ -143,15 +143,30 @@ def test_an_answer_that_calls_the_library_function_is_noticed(capsys):
     assert "calls the library's" not in capsys.readouterr().out
 
 
-def test_library_object_resolves_dotted_paths_only():
-    from tutorial_lib.course.checks.base import library_object
+def test_library_objects_resolves_dotted_paths_only():
+    from tutorial_lib.course.checks.base import library_objects
+    from tutorial_lib.data import TrainingWindows, iterate_batches
     from tutorial_lib.evaluation import ndcg_at_k
 
-    assert library_object("tutorial_lib.evaluation.ndcg_at_k") is ndcg_at_k
-    assert library_object("numpy.cumsum") is np.cumsum
-    assert library_object("tutorial_lib.attention.local.LocalAttention (encoder='conv')") is None
-    assert library_object("tutorial_lib.evaluation.no_such_function") is None
-    assert library_object(None) is None
+    assert library_objects("tutorial_lib.evaluation.ndcg_at_k") == (ndcg_at_k,)
+    assert library_objects("numpy.cumsum") == (np.cumsum,)
+    assert library_objects("tutorial_lib.data.TrainingWindows + iterate_batches") == (TrainingWindows, iterate_batches)
+    assert library_objects("tutorial_lib.attention.local.LocalAttention (encoder='conv')") == ()
+    assert library_objects("tutorial_lib.evaluation.no_such_function") == ()
+    assert library_objects(None) == ()
+
+
+def test_ch00_notices_an_answer_built_on_the_library(capsys):
+    from tutorial_lib.data import TrainingWindows, iterate_batches
+
+    def make_window(history, max_len):
+        windows = TrainingWindows.from_train([np.asarray(history, dtype=np.int64)], max_len)
+        batch = next(iterate_batches(windows, batch_size=1, generator=torch.Generator().manual_seed(0),
+                                     bucketing=False))
+        return batch.inputs[0].numpy(), batch.targets[0].numpy()
+
+    ch00.check_make_window(make_window)
+    assert "calls the library's tutorial_lib.data.TrainingWindows + iterate_batches itself" in capsys.readouterr().out
 
 
 def test_stub_raises_exercise_not_done_which_is_a_not_implemented_error():

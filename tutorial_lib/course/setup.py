@@ -225,7 +225,7 @@ def setup_notebook(seed: int = 0, mode: str | None = None, threads: int | None =
         mode: the course mode; default ``$COURSE_MODE`` or ``small``. An invalid value raises
             :class:`~tutorial_lib.errors.ConfigError` listing the valid ones.
         threads: CPU threads for torch. Default: torch's choice (or ``$OMP_NUM_THREADS``), except on a CPU
-            that is busy right now (load average above the number of cores), where 1 thread is used: the
+            that is busy right now (load average above the number of cores + 0.5), where 1 thread is used: the
             course's small models then train many times faster than with threads fighting other processes.
         quiet: print nothing.
     """

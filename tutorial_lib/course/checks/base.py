@@ -464,8 +464,7 @@ def check_function(
     if not quiet:
         against = f" ({library})" if library else ""
         print(f"{OK_MARK} `{name}` matches the library's version{against} on {len(cases)} test cases.")
-    target = library_object(library)
-    if target is not None and refers_to(learner, target):
+    if any(refers_to(learner, target) for target in library_objects(library)):
         print(f"ℹ `{name}` calls the library's {library} itself: the exercise is to write it yourself.")
     return len(cases)
 
@@ -513,21 +512,29 @@ def _filled(cell) -> bool:
     return True
 
 
-def library_object(library: str | None) -> Any:
-    """The object a ``library`` string such as ``"tutorial_lib.evaluation.ndcg_at_k"`` names, or None when the
-    string is a description rather than a dotted path (``"... (encoder='conv')"``)."""
-    if not library or not re.fullmatch(r"[A-Za-z_][\w.]*", library):
-        return None
-    parts = library.split(".")
+def library_objects(library: str | None) -> tuple[Any, ...]:
+    """The objects a check's ``library`` string names: ``"tutorial_lib.evaluation.ndcg_at_k"``, or several
+    joined by ``" + "`` or ``" / "`` where the later ones are names in the first one's module
+    (``"tutorial_lib.data.TrainingWindows + iterate_batches"``). A description rather than a path
+    (``"... (encoder='conv')"``) names nothing."""
+    if not library:
+        return ()
+    first, *others = re.split(r"\s+[+/]\s+", library.strip())
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", first) or not all(re.fullmatch(r"[A-Za-z_]\w*", o) for o in others):
+        return ()
+    parts = first.split(".")
     for split_at in range(len(parts) - 1, 0, -1):      # the longest importable module, then attributes
         try:
-            obj = importlib.import_module(".".join(parts[:split_at]))
+            module = importlib.import_module(".".join(parts[:split_at]))
         except ImportError:
             continue
+        owner, found = module, []
         try:
-            for attr in parts[split_at:]:
-                obj = getattr(obj, attr)
+            for attr in parts[split_at:-1]:
+                owner = getattr(owner, attr)
+            found.append(getattr(owner, parts[-1]))
+            found.extend(getattr(owner, o) for o in others)
         except AttributeError:
-            return None
-        return obj
-    return None
+            return ()
+        return tuple(found)
+    return ()
