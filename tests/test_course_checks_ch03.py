@@ -71,7 +71,8 @@ def test_library_functions_pass_their_own_checks(capsys):
     from tutorial_lib.attention.low_rank import causal_interest_aggregation
 
     ch03.check_causal_interest_aggregation(lambda x, logits, valid: causal_interest_aggregation(x, logits, valid)[0])
-    assert "calls the library's tutorial_lib.attention.low_rank.causal_interest_aggregation itself" in capsys.readouterr().out
+    notice = "calls the library's tutorial_lib.attention.low_rank.causal_interest_aggregation itself"
+    assert notice in capsys.readouterr().out
     ch03.check_position_attention(ch03.reference_position_attention)
 
 

@@ -500,16 +500,18 @@ def refers_to(fn: Callable, target: Any, depth: int = 3) -> bool:
     if any(obj is target for obj in named) or any(getattr(m, n, None) is target     # module.function
                                                    for m in modules for n in code.co_names):
         return True
-    cells = [cell.cell_contents for cell in (getattr(fn, "__closure__", None) or ()) if _filled(cell)]
-    return any(callable(c) and refers_to(c, target, depth - 1) for c in cells)
+    return any(callable(c) and refers_to(c, target, depth - 1) for c in _closure_values(fn))
 
 
-def _filled(cell) -> bool:
-    try:
-        cell.cell_contents
-    except ValueError:          # a closure variable not assigned yet
-        return False
-    return True
+def _closure_values(fn: Callable) -> list[Any]:
+    """The values ``fn`` closes over (a variable not assigned yet is left out)."""
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return values
 
 
 def library_objects(library: str | None) -> tuple[Any, ...]:
