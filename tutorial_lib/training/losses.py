@@ -72,10 +72,10 @@ def ce_chunk_rows(setting: int | str | None, device: torch.device, n_items: int)
 
     ``"auto"``: 128 rows on a CPU, where the chunked loss made a SASRec epoch 1.45x faster than the plain one
     because each block of logits stays in cache; on a GPU as many rows as keep a chunk under
-    :data:`GPU_CE_LOGITS` logits, because there each chunk costs a dozen kernel launches and a GPU needs large blocks to be busy. Measured on
-    an H100 only (ML-1M, batch 128: 2.0 s per epoch in chunks of 128 against 0.5 s unchunked;
-    results/benchmarks/train_speed_h100.md); MPS and other accelerators follow the GPU rule unmeasured. An int
-    or ``None`` (no chunks) is used as it is.
+    :data:`GPU_CE_LOGITS` logits, because there each chunk costs a dozen kernel launches and a GPU needs large
+    blocks to be busy. Measured on an H100 only (ML-1M, batch 128: 2.0 s per epoch in chunks of 128 against
+    0.5 s unchunked; results/benchmarks/train_speed_h100.md); MPS and other accelerators follow the GPU rule
+    unmeasured. An int or ``None`` (no chunks) is used as it is.
     """
     if setting != "auto":
         return setting

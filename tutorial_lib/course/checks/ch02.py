@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from ...utils.seeding import forked_torch_rng
-from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, fail, is_stub_error, passed,
-                   short_repr, to_numpy)
+from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, fail, is_stub_error,
+                   library_notice, passed, short_repr, to_numpy)
 
 ATTENTION_LIBRARY = "tutorial_lib.attention.naive_attention"
 MASK_LIBRARY = "tutorial_lib.attention.SequenceContext.allowed"
@@ -715,7 +715,7 @@ def check_block(block_forward) -> None:
     passed(f"`{name}` gives the library's block output in evaluation mode and, with the same random numbers, in "
            "training mode (dropout in the right places), and the same gradient.")
     if used_library:
-        print("ℹ it calls the library's Block itself; try writing it from the block's parts.")
+        library_notice(name, "Block", "try writing it from the block's parts")
 
 
 def _as_block_function(forward):
