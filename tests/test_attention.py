@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tutorial_lib.attention import DotProductAttention, SequenceContext, merge_heads, naive_attention, split_heads
+from tutorial_lib.attention import DotProductAttention, SequenceContext
 from tutorial_lib.errors import ConfigError
+from written_out import allowed_by_loops, heads, masked_softmax_attention
 
 B, L, D, H = 3, 7, 16, 2
 
@@ -19,23 +20,25 @@ def _ids(padded: bool) -> torch.Tensor:
     return ids
 
 
-def _reference(att: DotProductAttention, x: torch.Tensor, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor]:
-    q, k, v = (split_heads(t, att.n_heads) for t in att.in_proj(x).chunk(3, dim=-1))
-    out, w = naive_attention(q, k, v, ctx.allowed())
-    return att.out_proj(merge_heads(out)), w
+def _reference(att: DotProductAttention, x: torch.Tensor, ids: torch.Tensor, causal: bool
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention written out: the mask from loops, softmax(q kᵀ / sqrt(d_h)) v, no library helper."""
+    q, k, v = (heads(t, att.n_heads) for t in att.in_proj(x).chunk(3, dim=-1))
+    out, w = masked_softmax_attention(q, k, v, allowed_by_loops(ids, causal))
+    return att.out_proj(out), w
 
 
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_matches_naive_attention(padded, causal, need_weights):
+def test_matches_written_out_attention(padded, causal, need_weights):
     torch.manual_seed(0)
     att = DotProductAttention(D, H).eval()
     x = torch.randn(B, L, D)
     ids = _ids(padded)
     ctx = SequenceContext.from_item_ids(ids, causal=causal, need_weights=need_weights)
     y, w = att(x, ctx)
-    ref, ref_w = _reference(att, x, SequenceContext.from_item_ids(ids, causal=causal))
+    ref, ref_w = _reference(att, x, ids, causal)
     assert y.shape == (B, L, D)
     valid = ids.ne(0)
     # padding queries are "finite garbage" by contract; only valid positions are compared

@@ -139,6 +139,38 @@ def test_evaluator_matches_brute_force(split, protocol, stage):
     assert max(model.widths) <= MAX_LEN and min(model.widths) < MAX_LEN    # batches are trimmed
 
 
+class RecordingModel(nn.Module):
+    """Records the item windows and user ids the evaluator passes (it asks for users like RKSA does)."""
+
+    needs_users = True
+
+    def __init__(self, n_items: int):
+        super().__init__()
+        self.n_items = n_items
+        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def score_next(self, ids: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        self.calls.append((ids.clone(), users.clone()))
+        return torch.zeros(ids.shape[0], self.n_items + 1)
+
+
+@pytest.mark.parametrize("stage", ["valid", "test"])
+def test_each_user_is_scored_from_the_tail_of_its_own_history(split, stage):
+    """The window a user is scored from is the last max_len items of its history for that stage, left-padded,
+    trimmed to the batch's longest, and passed with that user's id (the fake model above sees only two items)."""
+    ev = Evaluator(split, MAX_LEN, EvalProtocol("full"), batch_size=16)
+    model = RecordingModel(N_ITEMS)
+    ev.ranks(model, stage)
+    users = torch.cat([u for _, u in model.calls]).tolist()
+    assert users == ev.stage_data(stage).users.tolist()
+    windows = [row for ids, _ in model.calls for row in ids.tolist()]
+    for u, row in zip(users, windows):
+        tail = split.history(u, stage)[-MAX_LEN:].tolist()
+        assert row[len(row) - len(tail):] == tail and not any(row[:len(row) - len(tail)])
+    for ids, _ in model.calls:                     # trimmed: the batch's longest window fills the width
+        assert (ids[:, 0] != 0).any()
+
+
 @pytest.mark.parametrize("protocol", ["full", "full-nohist", "sampled100"])
 def test_constant_model_gets_the_worst_rank(split, protocol):
     ev = Evaluator(split, MAX_LEN, EvalProtocol(protocol))

@@ -26,6 +26,7 @@ from tutorial_lib.data.dataset import SequenceDataset
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.errors import ConfigError
 from tutorial_lib.models import build_model
+from written_out import allowed_by_loops
 
 D, L = 16, 7
 
@@ -163,6 +164,41 @@ def test_zero_scale_reduces_to_dot_product_attention():
     torch.manual_seed(3)
     _, w_train = att(x, _ctx(ids, need_weights=True))
     torch.testing.assert_close(w_train[:, 0], torch.softmax(logits, -1), atol=1e-3, rtol=1e-3)
+
+
+def _written_out_rksa_weights(att: KernelizedAttention, x: torch.Tensor, ids: torch.Tensor, cooc: torch.Tensor,
+                              shape_ratio: torch.Tensor) -> torch.Tensor:
+    """Evaluation-mode RKSA weights of one head written out: softmax over allowed keys of
+    Ξ + Ω δ sqrt(2/π), with Ξ = q kᵀ/sqrt(d), Ω = softplus(a bᵀ/sqrt(d)) + 1e-4, α = softplus(c eᵀ/sqrt(d)) ᾱ."""
+    q, k, _ = att.qkv(x).chunk(3, dim=-1)
+    a, b = att.scale_qk(x).chunk(2, dim=-1)
+    c, e = att.shape_qk(x).chunk(2, dim=-1)
+    xi = q @ k.transpose(1, 2) / math.sqrt(D)
+    omega = torch.log1p(torch.exp(a @ b.transpose(1, 2) / math.sqrt(D))) + 1e-4
+    alpha = torch.log1p(torch.exp(c @ e.transpose(1, 2) / math.sqrt(D))) * shape_ratio
+    delta = alpha / torch.sqrt(1 + alpha ** 2)
+    z = xi + omega * delta * math.sqrt(2 / math.pi)
+    return torch.softmax(z.masked_fill(~allowed_by_loops(ids), float("-inf")), dim=-1)
+
+
+def test_evaluation_weights_match_the_written_out_layer():
+    """Ordinary Ω and α (not driven to zero): the layer's mean logits Ξ + Ω δ sqrt(2/π) with the shape ratio
+    ᾱ of Eq. 10 written out (``_naive_shape``) — and the shape ratio matters, so dropping it would fail."""
+    att, provider = _layer()
+    att.eval()
+    with torch.no_grad():
+        att.shape_qk.bias.fill_(1.0)                                          # α of order one: δ far from 0
+    ids = torch.tensor([[0, 1, 2, 3, 4, 2, 1], [5, 6, 7, 8, 1, 2, 3]])
+    x = torch.randn(2, L, D)
+    ctx = _ctx(ids, need_weights=True)
+    out, w = att(x, ctx)
+    cooc = provider.batch(ctx)["cooc"]
+    want = _written_out_rksa_weights(att, x, ids, cooc, _naive_shape(cooc, ids > 0))
+    torch.testing.assert_close(w[:, 0], want, atol=1e-5, rtol=1e-5)
+    v = att.qkv(x).chunk(3, dim=-1)[2]
+    torch.testing.assert_close(out, att.out_proj(want @ v), atol=1e-5, rtol=1e-5)
+    without_shape = _written_out_rksa_weights(att, x, ids, cooc, (ids > 0)[:, None, :].float().expand(-1, L, -1))
+    assert (w[:, 0] - without_shape).abs().max() > 1e-3
 
 
 def test_training_sample_is_causal_given_the_noise():

@@ -6,10 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tutorial_lib.attention import SequenceContext
 from tutorial_lib.data.split import LeaveOneOutSplit
 from tutorial_lib.errors import ConfigError, UnknownNameError
 from tutorial_lib.models import build_model, get_model_entry, model_names
 from tutorial_lib.training.losses import full_ce_loss
+from written_out import allowed_by_loops, heads, masked_softmax_attention
 
 N_ITEMS, MAX_LEN, D = 30, 12, 16
 SMALL = dict(d_model=D, n_heads=2, n_layers=2)
@@ -229,6 +231,36 @@ def test_sasrec_tf_layout_runs_and_differs():
     assert not torch.allclose(a, b, atol=1e-3)
     # tf layout has no output projection
     assert sum(p.numel() for p in tf.parameters()) < sum(p.numel() for p in paper.parameters())
+
+
+@pytest.mark.parametrize("layout", ["paper", "tf"])
+def test_one_block_matches_its_written_out_layout(layout):
+    """A block in evaluation mode against its equations (docs/methods.md §2.1), projections split by hand:
+    paper ``x + Attn(LN x)`` then ``+ FFN(LN x)``; tf: queries from ``q = LN x``, keys and values from the raw
+    ``x``, ``y = q + Attn``, ``f = LN y``, ``(f + FFN f) * valid``."""
+    model = make("sasrec", seed=3, layout=layout).eval()
+    block, att = model.blocks[0], model.blocks[0].attention
+    ids = batch(padded=True)
+    x = torch.randn(*ids.shape, D)
+    with torch.no_grad():
+        got, _ = block(x, SequenceContext.from_item_ids(ids, max_len=MAX_LEN))
+        w_q, w_k, w_v = att.in_proj.weight.chunk(3)
+        b_q, b_k, b_v = att.in_proj.bias.chunk(3)
+        ln_a, ln_f, ffn = block.ln_attn, block.ln_ffn, block.ffn.net
+        q_in = F.layer_norm(x, (D,), ln_a.weight, ln_a.bias, ln_a.eps)
+        kv_in = x if layout == "tf" else q_in
+        h = att.n_heads
+        a, _ = masked_softmax_attention(heads(q_in @ w_q.T + b_q, h), heads(kv_in @ w_k.T + b_k, h),
+                                        heads(kv_in @ w_v.T + b_v, h), allowed_by_loops(ids))
+        a = att.out_proj(a)
+        y = (q_in if layout == "tf" else x) + a
+        f = F.layer_norm(y, (D,), ln_f.weight, ln_f.bias, ln_f.eps)
+        ff = torch.relu(f @ ffn[0].weight.T + ffn[0].bias) @ ffn[3].weight.T + ffn[3].bias
+        want = (f + ff) * (ids > 0)[..., None] if layout == "tf" else y + ff
+    valid = ids > 0
+    torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=1e-5)
+    if layout == "tf":
+        assert (got[~valid] == 0).all()
 
 
 def test_sasrec_in_the_fparec_code_layout():
