@@ -14,6 +14,7 @@ from test_models import FAMILIES
 from tutorial_lib.errors import ConfigError, NotEnoughMemoryError
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.models import build_model
+from tutorial_lib.data.batching import iterate_batches
 from tutorial_lib.training import Trainer, TrainConfig, load_checkpoint
 
 MAX_LEN = 10
@@ -54,6 +55,70 @@ def test_training_learns_and_beats_popularity(tiny_split):
     assert after > before
     assert after > pop + 0.1, f"trained {after:.3f} vs popularity {pop:.3f}"
     assert {"valid_ndcg@10", "valid_hr@10", "valid_mrr", "seconds"} <= set(result.history[-1])
+
+
+def written_out_ce(hidden: torch.Tensor, targets: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """Mean of ``logsumexp_j(h·e_j) - h·e_target`` over the real targets, classes 1..n (no padding class)."""
+    mask = targets > 0
+    logits = hidden[mask] @ items[1:].T
+    return (torch.logsumexp(logits, -1) - logits[torch.arange(len(logits)), targets[mask] - 1]).mean()
+
+
+def test_compute_loss_is_valid_position_ce_scaled_by_the_batchs_share_of_targets(tiny_split):
+    """``weighting="target"``: the batch's CE times its targets over the epoch's mean targets per batch (so a
+    short last batch weighs less); ``"batch"``: the plain mean."""
+    model = make_model(tiny_split).eval()                                   # no dropout: one forward to compare
+    trainer = Trainer(model, tiny_split, config(batch_size=48))
+    batches = list(iterate_batches(trainer.windows, 48, torch.Generator().manual_seed(0)))
+    assert trainer.targets_per_batch == pytest.approx(np.mean([int(b.targets.ne(0).sum()) for b in batches]))
+    batch = min(batches, key=lambda b: int(b.targets.ne(0).sum()))          # the short one: scale well below 1
+    with torch.no_grad():
+        ce = written_out_ce(model(batch.inputs), batch.targets, model.output_embedding)
+        scale = int(batch.targets.ne(0).sum()) / trainer.targets_per_batch
+        assert scale < 0.9
+        torch.testing.assert_close(trainer.compute_loss(batch), ce * scale, atol=1e-5, rtol=1e-5)
+        plain = Trainer(model, tiny_split, config(batch_size=48, weighting="batch"))
+        torch.testing.assert_close(plain.compute_loss(batch), ce, atol=1e-5, rtol=1e-5)
+
+
+def test_compute_loss_adds_the_models_auxiliary_loss(tiny_split):
+    """RKSA's listwise co-occurrence loss (summed over its layers) is added to the CE of the same forward pass."""
+    torch.manual_seed(0)
+    model = build_model("rksa", tiny_split.n_items, MAX_LEN, n_users=tiny_split.n_users, d_model=16, n_layers=2,
+                        dropout=0.0, rank_weight=0.5)
+    trainer = Trainer(model, tiny_split, config(weighting="batch"))
+    batch = next(iterate_batches(trainer.windows, 32, torch.Generator().manual_seed(0)))
+    model.train()
+    torch.manual_seed(7)                                                    # the same skew-normal noise twice
+    got = trainer.compute_loss(batch)
+    torch.manual_seed(7)
+    hidden = model(batch.inputs, users=batch.users)
+    aux = model.auxiliary_loss()
+    assert aux is not None and aux > 0
+    torch.testing.assert_close(got, written_out_ce(hidden, batch.targets, model.output_embedding) + aux)
+
+
+def test_training_passes_each_window_with_its_own_user(tiny_split):
+    """Every training input is the tail of its user's training history (without the last item, the last
+    target), and the user ids a user-aware model receives are those windows' users."""
+    model = make_model(tiny_split)
+    model.needs_users = True                                                # asks for users, as RKSA does
+    seen = []
+    forward = model.forward
+
+    def recording_forward(ids, users):
+        if model.training:                                                  # not the validation at the epoch's end
+            seen.extend(zip(ids.tolist(), users.tolist()))
+        return forward(ids, users=users)
+
+    model.forward = recording_forward
+    Trainer(model, tiny_split, config(epochs=1), Evaluator(tiny_split, MAX_LEN)).fit()
+    windowed = {u for u, items in enumerate(tiny_split.train) if len(items) >= 2}
+    assert sorted(u for _, u in seen) == sorted(windowed)                   # one window per user and epoch
+    for row, u in seen:
+        tail = tiny_split.train[u][:-1][-MAX_LEN:].tolist()
+        assert row[len(row) - len(tail):] == tail and not any(row[:len(row) - len(tail)])
+
 
 
 class ScriptedEvaluator(Evaluator):
