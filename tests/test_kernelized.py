@@ -10,6 +10,7 @@ import torch
 
 from tutorial_lib.attention import SequenceContext
 from tutorial_lib.attention.kernelized import (
+    JITTER,
     CooccurrenceProvider,
     KernelizedAttention,
     causal_shape_ratio,
@@ -57,13 +58,23 @@ def test_sampler_matches_closed_form_mean_and_covariance():
 
 
 def test_gradients_flow_through_the_sample():
-    psi = _random_correlation(5).float()
-    chol = torch.linalg.cholesky(psi).requires_grad_()
-    xi, omega, delta = (torch.randn(3, 5).requires_grad_() for _ in range(3))
-    z = skew_normal_sample(xi, omega.abs(), delta.tanh().abs(), chol, torch.Generator().manual_seed(1))
+    """Reparameterised: with the noise fixed (the generator re-seeded on every call), the sample is a smooth
+    function of ξ, ω, δ and the Cholesky factor, and its analytic gradients match finite differences."""
+    chol = torch.linalg.cholesky(_random_correlation(4))
+    g = torch.Generator().manual_seed(0)
+    xi = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    omega = torch.rand(2, 4, generator=g, dtype=torch.float64) + 0.5
+    delta = torch.rand(2, 4, generator=g, dtype=torch.float64) * 0.9
+
+    def sample(xi, omega, delta, chol):
+        return skew_normal_sample(xi, omega, delta, chol, torch.Generator().manual_seed(1))
+
+    inputs = tuple(t.clone().requires_grad_() for t in (xi, omega, delta, chol))
+    assert torch.autograd.gradcheck(sample, inputs)
+    z = sample(*inputs)
     (z ** 2).sum().backward()
-    for t in (xi, omega, delta, chol):
-        assert t.grad is not None and t.grad.abs().sum() > 0
+    for t in inputs:
+        assert t.grad.abs().sum() > 0
 
 
 def _layer(kernels: str = "ciu", n_users: int = 3) -> tuple[KernelizedAttention, CooccurrenceProvider]:
@@ -92,6 +103,37 @@ def test_correlation_is_valid_with_repeats_and_padding(kernels):
     assert torch.linalg.eigvalsh(psi.double()).min() > 1e-4               # positive definite
     assert (psi[0, :2, 2:] == 0).all()                                      # padding is uncorrelated
     torch.linalg.cholesky(psi)
+
+
+@pytest.mark.parametrize("kernels", ["i", "u", "ciu"])
+def test_correlation_values_match_the_written_out_kernels(kernels):
+    """ψ's entries, not only its validity: x̂ x̂ᵀ (item), cos(g ⊙ x̂_j, g ⊙ x̂_l) with g = W_s u (user), the
+    mixture r = softmax(W_u u + b_u) over the chosen kernels, padding as the identity, then (ψ + εI)/(1 + ε)."""
+    att, provider = _layer(kernels)
+    ids = torch.tensor([[0, 0, 1, 2, 2, 2, 3], [1, 2, 3, 4, 5, 6, 7]])
+    ctx = _ctx(ids)
+    x = torch.randn(2, L, D)
+    stats = provider.batch(ctx)
+    with torch.no_grad():
+        psi = att.correlation(x, ctx, stats)
+        xn = x / x.norm(dim=-1, keepdim=True)
+        gx = att.user_gate(ctx.user)[:, None, :] * xn if "u" in kernels else None
+        gx = gx / gx.norm(dim=-1, keepdim=True) if gx is not None else None
+        parts = {"c": stats["counting"], "i": xn @ xn.transpose(1, 2),
+                 "u": gx @ gx.transpose(1, 2) if gx is not None else None}
+        if len(kernels) == 1:
+            mixed = parts[kernels]
+        else:
+            r = torch.softmax(ctx.user @ att.kernel_mix.weight.T + att.kernel_mix.bias, dim=-1)
+            mixed = sum(r[:, i, None, None] * parts[kind] for i, kind in enumerate(kernels))
+    want = torch.empty(2, L, L)
+    for b in range(2):
+        for j in range(L):
+            for l in range(L):
+                real = ids[b, j] > 0 and ids[b, l] > 0
+                want[b, j, l] = mixed[b, j, l] if real else float(j == l)
+    want = (want + JITTER * torch.eye(L)) / (1 + JITTER)
+    torch.testing.assert_close(psi, want, atol=1e-5, rtol=1e-5)
 
 
 def test_counting_kernel():
@@ -144,6 +186,28 @@ def test_listwise_loss_prefers_psi_that_ranks_like_cooccurrence():
     bad[0, 3, :3] = torch.tensor([0.0, 0.1, 0.9])
     assert listwise_cooccurrence_loss(good, cooc, valid) < listwise_cooccurrence_loss(bad, cooc, valid)
     assert listwise_cooccurrence_loss(good, torch.zeros_like(cooc), valid) == 0
+
+
+def test_listwise_loss_value_written_out():
+    """ListNet top-1, averaged over the rows t with at least two earlier real keys, one of them co-occurring:
+    -Σ_{j<t} softmax(log(1 + C_t,<t))_j log softmax(ψ_t,<t / τ)_j."""
+    g = torch.Generator().manual_seed(5)
+    cooc = torch.randint(0, 4, (2, 5, 5), generator=g).float()
+    cooc = cooc + cooc.transpose(1, 2)
+    cooc[0, 2, :2] = cooc[0, :2, 2] = 0.0                                  # row 2 of sequence 0: nothing co-occurs
+    psi = torch.rand(2, 5, 5, generator=g)
+    valid = torch.tensor([[True] * 5, [False, True, True, True, True]])
+    per_row = []
+    for b in range(2):
+        for t in range(5):
+            keys = [j for j in range(t) if valid[b, j]]
+            if not valid[b, t] or len(keys) < 2 or cooc[b, t, keys].sum() == 0:
+                continue
+            target = torch.softmax(torch.log1p(cooc[b, t, keys]), 0)
+            per_row.append(-(target * torch.log_softmax(psi[b, t, keys] / 0.1, 0)).sum())
+    assert len(per_row) == 4                                               # rows 3, 4 of each sequence
+    got = listwise_cooccurrence_loss(psi, cooc, valid, tau=0.1)
+    assert got.item() == pytest.approx(torch.stack(per_row).mean().item(), rel=1e-5)
 
 
 def test_zero_scale_reduces_to_dot_product_attention():
