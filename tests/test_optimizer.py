@@ -26,6 +26,28 @@ def test_every_implementation_matches_the_plain_loop(implementation):
     assert (reference - start).abs().max() > 0.1  # the comparison is between parameters that actually moved
 
 
+def test_the_plain_loop_is_adam_written_out():
+    """The reference itself against Adam by hand: L2 weight decay added to the gradient, m and v with the
+    betas, bias correction, eps 1e-8 (torch.optim.Adam's definition, which every implementation must share)."""
+    lr, (b1, b2), wd, eps = 1e-2, (0.9, 0.98), 1e-4, 1e-8
+    w = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))
+    bias = torch.zeros(8)
+    m = [torch.zeros_like(w), torch.zeros_like(bias)]
+    v = [torch.zeros_like(w), torch.zeros_like(bias)]
+    for step in range(1, 31):
+        w_, b_ = w.clone().requires_grad_(), bias.clone().requires_grad_()
+        (((w_.sum(0) + b_ - 1.0) ** 2).sum() + w_.pow(3).mean()).backward()
+        new = []
+        for i, (p, g) in enumerate(((w, w_.grad), (bias, b_.grad))):
+            g = g + wd * p
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            m_hat, v_hat = m[i] / (1 - b1 ** step), v[i] / (1 - b2 ** step)
+            new.append(p - lr * m_hat / (v_hat.sqrt() + eps))
+        w, bias = new
+    torch.testing.assert_close(_train("loop"), torch.cat([w.flatten(), bias]), atol=1e-5, rtol=1e-5)
+
+
 def test_auto_picks_the_fused_kernel_on_cpu():
     opt = make_adam([torch.nn.Parameter(torch.zeros(3))], lr=1e-3)
     assert opt.param_groups[0]["fused"] is True
