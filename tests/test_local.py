@@ -13,6 +13,7 @@ from tutorial_lib.attention.local import ENCODERS, LocalAttention, fism_user_vec
 from tutorial_lib.data import TrainingWindows, iterate_cloze_batches
 from tutorial_lib.errors import ConfigError
 from tutorial_lib.models import build_model
+from written_out import allowed_by_loops
 
 B, L, D, M = 2, 9, 16, 2
 DH = D // M
@@ -85,6 +86,45 @@ def test_rnn_and_conv_match_explicit_windows():
                 ref = torch.relu(torch.einsum("bkd,edk->be", window, att.convs[0].weight) + att.convs[0].bias)
             mask = ids[:, t].ne(0)
             torch.testing.assert_close(got[mask, t], ref[mask], atol=1e-5, rtol=1e-5)
+
+
+def test_the_released_rnn_reads_forward_windows_on_the_bidirectional_backbone():
+    """``compat=True``: the GRU at position i runs over V_i..V_{i+s} (zero rows past the end), oldest first."""
+    s = 2
+    x, ids = torch.randn(B, L, D), _ids()
+    ctx = _ctx(ids, causal=False)
+    att = _layer("rnn", causal=False, window=s, compat=True)
+    got = _local_head_output(att, x, ctx)
+    v = split_heads(att.in_proj(x).chunk(3, dim=-1)[2], M)[:, 0] * ids.ne(0)[..., None]
+    padded = torch.cat([v, torch.zeros(B, s, DH)], dim=1)
+    for t in range(L):
+        _, h = att.grus[0](padded[:, t: t + s + 1])
+        mask = ids[:, t].ne(0)
+        torch.testing.assert_close(got[mask, t], h[-1][mask], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("encoder", ["win", "adapt"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_win_and_adapt_heads_are_their_softmax_written_out(encoder, causal):
+    """The local head's output: softmax over the allowed keys of q kᵀ/sqrt(d_h), restricted to |i - j| <= s for
+    ``win`` and plus the predicted bias for ``adapt``, applied to the values (padding values zeroed)."""
+    s = 2
+    att = _layer(encoder, causal=causal, window=s)
+    x, ids = torch.randn(B, L, D), _ids()
+    ctx = _ctx(ids, causal=causal)
+    got = _local_head_output(att, x, ctx)
+    q, k, v = (split_heads(t, M) for t in att.in_proj(x).chunk(3, dim=-1))
+    v = v * ids.ne(0)[:, None, :, None]
+    logits = q[:, 0] @ k[:, 0].transpose(-2, -1) / math.sqrt(DH)
+    allowed = allowed_by_loops(ids, causal)
+    if encoder == "win":
+        near = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).abs() <= s
+        allowed = allowed & (near | torch.eye(L, dtype=torch.bool))
+    else:
+        logits = logits + att._adaptive_bias(v[:, :1], ctx)[:, 0]          # the bias itself: the test below
+    want = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1) @ v[:, 0]
+    valid = ids.ne(0)
+    torch.testing.assert_close(got[valid], want[valid], atol=1e-5, rtol=1e-5)
 
 
 def test_initial_bias_is_an_additive_gaussian_bump():
