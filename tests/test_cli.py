@@ -99,6 +99,51 @@ def test_a_checkpoint_that_is_discarded_or_not_found_is_said(tmp_path, monkeypat
     assert "no checkpoint" not in out and "replacing" not in out
 
 
+def test_a_damaged_checkpoint_is_named_without_torchs_unsafe_advice(tmp_path, capsys):
+    """A truncated or foreign file where the checkpoint goes: a clear error naming it, not torch's traceback that
+    suggests weights_only=False (which would run whatever code the file holds)."""
+    ckpt = tmp_path / "c.pt"
+    ckpt.write_bytes(os.urandom(4000))
+    assert main(["train", *TINY, "--no-results", "--checkpoint", str(ckpt), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert f"{ckpt} cannot be read as a checkpoint" in err and "Delete it" in err and "weights_only" not in err
+
+
+@pytest.mark.parametrize("content", [b"a,b,c\n1,2,3\n", b"\xff\xfe\x00binary"])
+def test_a_results_file_that_is_not_one_fails_before_training(tmp_path, capsys, content):
+    """It used to fail with a KeyError or a UnicodeDecodeError after the whole training, when the row was appended."""
+    (tmp_path / "runs.csv").write_bytes(content)
+    assert train(tmp_path) == 2
+    out, err = capsys.readouterr()
+    assert "runs.csv" in err and "name another --results file" in err and "training" not in out
+    assert (tmp_path / "runs.csv").read_bytes() == content and not (tmp_path / "ckpt.pt").exists()
+
+
+def _video_folder(root: Path, lines: list[str]) -> Path:
+    (root / "Video").mkdir(parents=True)
+    (root / "Video" / "Video.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_a_malformed_data_file_fails_before_an_existing_checkpoint_is_replaced(tmp_path, capsys):
+    data = _video_folder(tmp_path / "data", ["1 1", "1 2", "1 3", "2 abc"])
+    ckpt = tmp_path / "c.pt"
+    ckpt.write_bytes(b"an earlier run's checkpoint")
+    assert main(["train", *TINY, "--dataset", "video", "--data-dir", str(data), "--no-results",
+                 "--checkpoint", str(ckpt)]) == 2
+    out, err = capsys.readouterr()
+    assert "line 4" in err and "'abc'" in err and "replacing" not in out
+    assert ckpt.read_bytes() == b"an earlier run's checkpoint"
+
+
+def test_data_where_no_user_can_be_evaluated_is_refused_instead_of_nan_metrics(tmp_path, capsys):
+    """Every user with two items: leave-one-out holds nothing out, and the run used to append a row of NaNs."""
+    data = _video_folder(tmp_path / "data", [f"{u} {u + i}" for u in range(1, 40) for i in (0, 1)])
+    assert train(tmp_path, "--dataset", "video", "--data-dir", str(data)) == 2
+    assert "nothing can be evaluated" in capsys.readouterr().err
+    assert not (tmp_path / "runs.csv").exists()
+
+
 def test_resuming_a_finished_run_does_not_append_its_row_twice(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("tutorial_lib.experiments.run.make_synthetic", _small_synthetic)
     assert train(tmp_path, "--epochs", "1") == 0
@@ -196,7 +241,9 @@ def test_max_len_too_small(tmp_path, monkeypatch, capsys, max_len):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--lr", "-1"], "lr must be > 0"),                                 # a training setting
+    (["--lr", "-1"], "lr must be a finite number > 0"),                 # a training setting
+    (["--lr", "nan"], "lr must be a finite number > 0"),                # used to end in Adam's traceback
+    (["--option", "ffn_dim=-1"], "ffn_dim (the FFN's inner width) must be >= 1"),   # and in torch's
     (["--d-model", "63"], "must be divisible by n_heads=2"),             # a model setting
     (["--model", "fparec", "--option", "k=500"], "rank k must be in 1..max_len"),
     (["--max-len", "1"], "max_len must be >= 2"),

@@ -203,7 +203,7 @@ def _model_options(args: argparse.Namespace) -> dict:
 def check_output_paths(checkpoint: Path, models: Path, results: Path | None) -> None:
     """Create the folders a run writes to, or :class:`ConfigError` naming the path that cannot be one (a file where
     a folder must go, a folder where the results file must go), before anything trains."""
-    from .experiments.results import curves_folder
+    from .experiments.results import curves_folder, read_runs
 
     if checkpoint.is_dir():
         raise ConfigError(f"--checkpoint {checkpoint} is a folder; name the checkpoint file (or use --runs-dir)")
@@ -218,6 +218,8 @@ def check_output_paths(checkpoint: Path, models: Path, results: Path | None) -> 
         except (FileExistsError, NotADirectoryError) as exc:
             raise ConfigError(f"cannot use {folder} as a folder: {exc.strerror.lower()} ({exc.filename}); "
                               f"choose another --runs-dir, --checkpoint or --results") from exc
+    if results is not None:
+        read_runs(results)   # a file that is not a results CSV fails now, not when the finished run appends its row
 
 
 def _progress_bars(args: argparse.Namespace) -> bool | None:
@@ -302,7 +304,7 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     from .experiments.results import append_runs, curve_path, default_results_path, read_runs, write_curve
-    from .experiments.run import SYNTHETIC, ExperimentSpec, dataset_name, run_experiment
+    from .experiments.run import SYNTHETIC, ExperimentSpec, dataset_name, load_data, run_experiment
 
     pin_commit()  # before training starts
 
@@ -328,6 +330,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     models = runs_dir(args) / "models" if args.runs_dir or not args.checkpoint else checkpoint.parent / "models"
     results = None if args.no_results else Path(args.results or default_results_path())
     check_output_paths(checkpoint, models, results)   # a bad path fails now, not after the training
+    data = load_data(spec)   # a malformed data file fails before an existing checkpoint is replaced
     if checkpoint.exists() and not args.resume:
         print(f"replacing the existing checkpoint {checkpoint}: this run starts at epoch 0 (with --resume, a "
               f"checkpoint written with the same settings is continued)", flush=True)
@@ -340,7 +343,7 @@ def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
     spec.checkpoint = str(checkpoint)
     print(f"training {spec.model} on {spec.dataset} (loss {spec.loss}, protocol {spec.protocol}, "
           f"max_len {spec.resolved_max_len()}, seed {spec.seed}); checkpoint {checkpoint}", flush=True)
-    result = run_experiment(spec)
+    result = run_experiment(spec, data)
     tr = result.train
     print(f"\nbest epoch {tr.best_epoch} of {tr.epochs_run}; {tr.train_seconds:.1f} s training "
           f"({tr.seconds_per_epoch:.2f} s/epoch) on {result.device}")

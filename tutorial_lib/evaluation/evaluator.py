@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from ..data.batching import eval_inputs
-from ..data.split import LeaveOneOutSplit
+from ..data.split import MIN_EVAL_LENGTH, LeaveOneOutSplit
+from ..errors import ConfigError
 from ..models.backbone import user_inputs
 from ..utils.device import resolve_device
 from .metrics import DEFAULT_KS, metrics_from_ranks, rank_of_target
@@ -73,6 +74,10 @@ class Evaluator:
     def __init__(self, split: LeaveOneOutSplit, max_len: int, protocol: EvalProtocol | None = None,
                  batch_size: int | None = None, ks: tuple[int, ...] = DEFAULT_KS):
         self.split, self.max_len, self.ks = split, max_len, ks
+        if not (split.valid_target > 0).any():
+            raise ConfigError(f"no user of {split.dataset_name!r} has the {MIN_EVAL_LENGTH} items leave-one-out "
+                              f"needs to hold out a validation and a test item, so nothing can be evaluated (the "
+                              f"metrics would be NaN); use a dataset with longer histories")
         self.protocol = protocol or EvalProtocol()
         n_cand = (self.protocol.n_negatives + 1) if self.protocol.sampled else split.n_items + 1
         self.batch_size = batch_size or int(max(16, min(1024, SCORE_BUDGET // n_cand)))

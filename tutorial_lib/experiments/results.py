@@ -11,12 +11,13 @@ import os
 import platform
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from ..errors import ConfigError
 from ..utils.io import atomic_write_text
 from ..utils.locks import locked
 
@@ -129,7 +130,7 @@ def append_runs(rows: Sequence[dict], path: str | Path | None = None) -> Path:
     with locked(path):
         existing = path.read_text() if path.exists() else ""
         if existing and existing.splitlines()[0].split(",") != list(RUN_COLUMNS):
-            existing = _migrate(existing)  # an older file: rewrite it under the current header
+            existing = _migrate(existing, path)  # an older file: rewrite it under the current header
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=RUN_COLUMNS, lineterminator="\n")
         if not existing:
@@ -142,12 +143,11 @@ def append_runs(rows: Sequence[dict], path: str | Path | None = None) -> Path:
     return path
 
 
-def _migrate(text: str) -> str:
+def _migrate(text: str, path: Path) -> str:
     """Rows of a results file with an older header, rewritten with :data:`RUN_COLUMNS` (new columns empty)."""
-    rows = list(csv.DictReader(io.StringIO(text)))
-    unknown = set().union(*(r.keys() for r in rows)) - set(RUN_COLUMNS) if rows else set()
-    if unknown:
-        raise KeyError(f"results file has columns this version does not know: {sorted(unknown)}")
+    reader = csv.DictReader(io.StringIO(text))
+    rows = list(reader)
+    _check_known_columns(path, reader.fieldnames or [])
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=RUN_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -167,11 +167,30 @@ def curve_path(results: str | Path, tag: str, run_id: str) -> Path:
 
 
 def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
+    """The rows of a results CSV (``[]`` when the file does not exist yet).
+
+    A file that is not one, not UTF-8 text or with columns this version does not know, raises
+    :class:`ConfigError` naming it, so that a run pointed at the wrong ``--results`` fails before it trains.
+    """
     path = Path(path) if path is not None else default_results_path()
     if not path.exists():
         return []
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            rows = list(reader)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not a results file: not UTF-8 text (byte {exc.start}); name another "
+                          f"--results file, or delete this one") from None
+    _check_known_columns(path, reader.fieldnames or [])
+    return rows
+
+
+def _check_known_columns(path: Path, columns: Collection[str]) -> None:
+    unknown = set(columns) - set(RUN_COLUMNS)
+    if unknown:
+        raise ConfigError(f"{path} has columns this version does not know ({', '.join(sorted(unknown))}): it is not "
+                          f"a results file of this library, or one of a newer version; name another --results file")
 
 
 def write_curve(history: list[dict], path: str | Path) -> None:

@@ -144,7 +144,7 @@ class SequentialRecommender(nn.Module):
         causal = objective == "next" if causal is None else causal
         check_backbone_config(n_items=n_items, max_len=max_len, d_model=d_model, n_layers=n_layers,
                               dropout=dropout, layout=layout, positions=positions, ffn_placement=ffn_placement,
-                              objective=objective, causal=causal)
+                              objective=objective, causal=causal, ffn_dim=ffn_dim)
         self.n_items, self.max_len, self.d_model = n_items, max_len, d_model
         self.objective, self.causal, self.full_width = objective, causal, full_width
         self.layout, self.positions, self.ffn_placement = layout, positions, ffn_placement
@@ -298,7 +298,7 @@ OBJECTIVES = ("next", "cloze", "last")
 
 def check_backbone_config(*, n_items: int, max_len: int, d_model: int, n_layers: int, dropout: float,
                           layout: str, positions: str, ffn_placement: str = "block", objective: str = "next",
-                          causal: bool = True) -> None:
+                          causal: bool = True, ffn_dim: int | None = None) -> None:
     """Raise :class:`ConfigError` for impossible settings, saying how to fix them."""
     if n_items < 1:
         raise ConfigError(f"n_items must be >= 1, got {n_items}")
@@ -308,6 +308,8 @@ def check_backbone_config(*, n_items: int, max_len: int, d_model: int, n_layers:
         raise ConfigError(f"d_model and n_layers must be >= 1, got d_model={d_model}, n_layers={n_layers}")
     if not 0.0 <= dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {dropout}")
+    if ffn_dim is not None and ffn_dim < 1:
+        raise ConfigError(f"ffn_dim (the FFN's inner width) must be >= 1, got {ffn_dim}; leave it out for d_model")
     if layout not in LAYOUTS:
         raise ConfigError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if positions not in POSITIONS:

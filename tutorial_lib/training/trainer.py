@@ -149,8 +149,8 @@ class TrainConfig:
             raise ConfigError(f"lr_decay (cut the rate on a plateau) and lr_schedule={self.lr_schedule!r} (a rate "
                               f"fixed by the epoch) both set the learning rate: choose one (--lr-decay or "
                               f"--lr-schedule)")
-        if self.lr <= 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
         if self.weighting not in WEIGHTINGS:
             raise ConfigError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if self.window_sampling not in WINDOW_SAMPLINGS:
