@@ -226,6 +226,14 @@ def test_missing_dataset_gives_instructions(tmp_path, monkeypatch):
     assert "set SEQREC_DATA_DIR" in msg
 
 
+def test_a_folder_where_the_data_file_goes_is_named(tmp_path):
+    """It used to be reported as a missing file, with download instructions only."""
+    (tmp_path / "Beauty" / "Beauty.txt").mkdir(parents=True)
+    with pytest.raises(DatasetUnavailableError) as info:
+        ensure_dataset("beauty", root=tmp_path, download=False)
+    assert f"{tmp_path / 'Beauty' / 'Beauty.txt'} is a folder, not the file" in str(info.value)
+
+
 def test_missing_files_names_the_required_files_only(tmp_path):
     from tutorial_lib.data.loading import missing_files
 

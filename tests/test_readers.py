@@ -88,6 +88,16 @@ def test_read_user_lines(tmp_path):
     assert raw.stats().items == 8
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_id(tmp_path):
+    """Notepad's UTF-8 files start with one; the pairs reader (pandas) always skipped it, the user-lines reader
+    used to call the first id not an integer."""
+    lines, pairs = tmp_path / "Beauty.txt", tmp_path / "Video.txt"
+    lines.write_bytes(b"\xef\xbb\xbf1 1 2 3\n2 4 5\n")
+    pairs.write_bytes(b"\xef\xbb\xbf1 1\n1 2\n2 3\n")
+    assert read_user_lines(lines).user_ids.tolist() == [1, 2] and _seqs(read_user_lines(lines)) == [[1, 2, 3], [4, 5]]
+    assert _seqs(read_pairs(pairs)) == [[1, 2], [3]]
+
+
 @pytest.mark.parametrize(
     "text, line, what",
     [
@@ -207,6 +217,17 @@ def _ml100k_fixture(folder):
     titles = {i: f"Movie {i}" for i in range(1, 8)}
     titles[3] = "Misérables, Les (1995)"
     (folder / "u.item").write_bytes("".join(f"{i}|{t}|x\n" for i, t in titles.items()).encode("iso-8859-1"))
+
+
+def test_a_malformed_titles_file_is_skipped_with_a_warning(tmp_path):
+    """Titles only label items: a bad optional file is named in a warning and the data loads without them."""
+    _ml100k_fixture(tmp_path / "ml-100k")
+    (tmp_path / "ml-100k" / "u.item").write_bytes(b"1|Movie 1|x\nthree|Movie 3|x\n")
+    with pytest.warns(UserWarning) as caught:
+        ds = load_dataset("ml-100k", root=tmp_path)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "u.item, line 2" in messages and "optional" in messages
+    assert ds.item_titles is None and ds.stats().users == 6
 
 
 def test_ml100k_preprocessing(tmp_path):

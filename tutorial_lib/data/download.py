@@ -239,7 +239,9 @@ def missing_files_message(spec: DatasetSpec, folder: Path, missing: Sequence[Fil
     elif not root.is_dir() and root != default_cache_dir():     # a folder the user named, not the default cache
         lines[0] += f"\n  (the data directory {root} does not exist: is the path, or {ENV_VAR}, spelt right?)"
     for f in missing:
-        lines.append(f"  {f.filename}" + ("" if f.required else " (optional)"))
+        where = folder / f.filename
+        lines.append(f"  {f.filename}" + ("" if f.required else " (optional)")
+                     + (f"  ({where} is a folder, not the file: move it away)" if where.is_dir() else ""))
         note = f.note.removeprefix("sha256 unknown: ")
         lines.append(f"      sha256: {f.sha256 or 'unknown (' + note + ')'}")
         if f.git_blob:

@@ -35,7 +35,7 @@ from tutorial_lib.data.registry import (
     PaperStats,
     get_spec,
 )
-from tutorial_lib.errors import DatasetUnavailableError
+from tutorial_lib.errors import DataFormatError, DatasetUnavailableError
 
 PAD_TITLE = "<pad>"
 _MEMO: dict[tuple, SequenceDataset] = {}
@@ -87,7 +87,12 @@ def _titles(spec: DatasetSpec, folder: Path, old_ids: np.ndarray | None, n_items
     if spec.titles_file is None or not (folder / spec.titles_file).is_file():
         return None
     path = folder / spec.titles_file
-    by_id = read_movielens_titles(path) if spec.format == MOVIELENS else read_ml1m_titles(path)
+    try:
+        by_id = read_movielens_titles(path) if spec.format == MOVIELENS else read_ml1m_titles(path)
+    except DataFormatError as exc:    # titles only label items in plots and tables: train without them
+        warnings.warn(f"{exc}. The titles file is optional: the items go without titles; fix the file or delete "
+                      f"it to silence this", stacklevel=2)
+        return None
     ids = old_ids if old_ids is not None else np.arange(n_items + 1)
     return [PAD_TITLE] + [by_id.get(int(i), f"item {int(i)}") for i in ids[1:]]
 

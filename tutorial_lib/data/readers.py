@@ -82,13 +82,15 @@ def _check_not_empty(path: Path) -> None:
 
 
 INT64_MAX = 2**63 - 1
+#: a byte-order mark some editors (Notepad) put at the start of a UTF-8 file: not part of the first id
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 def _scan_for_bad_line(path: Path, n_cols: int, layout: str) -> None:
     """Slow line-by-line check; raises for the first line that does not have ``n_cols`` integers."""
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
-            toks = raw.split()
+            toks = (raw.removeprefix(UTF8_BOM) if lineno == 1 else raw).split()
             if not toks:
                 continue
             if len(toks) != n_cols:
@@ -149,7 +151,7 @@ def read_user_lines(path: PathLike) -> RawSequences:
     first_line: dict[int, int] = {}
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
-            toks = raw.split()
+            toks = (raw.removeprefix(UTF8_BOM) if lineno == 1 else raw).split()
             if not toks:
                 continue
             if not b"".join(toks).isdigit():
