@@ -206,6 +206,10 @@ def test_a_model_or_dataset_listed_twice_is_refused():
         bm.parse_datasets(["beauty", "Beauty"])
     with pytest.raises(ConfigError, match="did you mean 'beauty'"):
         bm.parse_datasets(["beuaty"])
+    with pytest.raises(ConfigError, match="--models 'all' stands alone"):   # not "unknown model 'all'"
+        bm.parse_models(["all", "sasrec"], "ce")
+    with pytest.raises(ConfigError, match="--datasets 'all' stands alone"):
+        bm.parse_datasets(["ml-1m", "all"])
 
 
 def test_the_plan_checks_the_device_and_precision():

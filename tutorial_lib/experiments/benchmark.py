@@ -56,6 +56,7 @@ def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str
     if list(names) == ["all"]:
         chosen = [(m, default_loss if loss == "ce" else loss) for m, loss in BENCHMARK_MODELS]
         return list(dict.fromkeys(chosen))
+    _all_alone(names, "models")
     out = []
     for name in names:
         model, _, loss = name.lower().partition("@")
@@ -65,11 +66,19 @@ def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str
     return out
 
 
+def _all_alone(names: Sequence[str], flag: str) -> None:
+    """'all' means every one, so it cannot be listed beside names (it used to be reported as an unknown name)."""
+    if any(n.strip().lower() == "all" for n in names):
+        raise ConfigError(f"--{flag} 'all' stands alone (it means every one of them): give either 'all' or names, "
+                          f"got {' '.join(names)}")
+
+
 def parse_datasets(names: Sequence[str]) -> list[str]:
     """``["all"]`` (the benchmark's datasets) or names of :func:`dataset_choices`, lower-cased; every unknown name is
     reported at once."""
     if list(names) == ["all"]:
         return list(BENCHMARK_DATASETS)
+    _all_alone(names, "datasets")
     valid = dataset_choices()
     bad = [n for n in names if n.strip().lower() not in valid]
     if bad:
