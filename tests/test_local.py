@@ -68,39 +68,27 @@ def test_window_mask():
     assert local_window(5, 1, causal=False).tolist()[3] == [False, False, True, True, True]
 
 
-def test_rnn_and_conv_match_explicit_windows():
+@pytest.mark.parametrize("encoder, compat", [("rnn", False), ("conv", False), ("rnn", True)])
+def test_rnn_and_conv_match_explicit_windows(encoder, compat):
+    """Causal: position t reads items t-s..t. The released RNN (``compat``, bidirectional backbone) reads
+    V_t..V_{t+s} instead, zero rows past the end; each window oldest first."""
     s = 2
     x, ids = torch.randn(B, L, D), _ids()
-    ctx = _ctx(ids)
-    for encoder in ("rnn", "conv"):
-        att = _layer(encoder, window=s)
-        got = _local_head_output(att, x, ctx)
-        v = split_heads(att.in_proj(x).chunk(3, dim=-1)[2], M)[:, 0] * ids.ne(0)[..., None]
-        padded = torch.cat([torch.zeros(B, s, DH), v], dim=1)
-        for t in range(L):
-            window = padded[:, t: t + s + 1]                                   # items t-s..t, oldest first
-            if encoder == "rnn":
-                _, h = att.grus[0](window)
-                ref = h[-1]
-            else:
-                ref = torch.relu(torch.einsum("bkd,edk->be", window, att.convs[0].weight) + att.convs[0].bias)
-            mask = ids[:, t].ne(0)
-            torch.testing.assert_close(got[mask, t], ref[mask], atol=1e-5, rtol=1e-5)
-
-
-def test_the_released_rnn_reads_forward_windows_on_the_bidirectional_backbone():
-    """``compat=True``: the GRU at position i runs over V_i..V_{i+s} (zero rows past the end), oldest first."""
-    s = 2
-    x, ids = torch.randn(B, L, D), _ids()
-    ctx = _ctx(ids, causal=False)
-    att = _layer("rnn", causal=False, window=s, compat=True)
+    ctx = _ctx(ids, causal=not compat)
+    att = _layer(encoder, causal=not compat, window=s, compat=compat)
     got = _local_head_output(att, x, ctx)
     v = split_heads(att.in_proj(x).chunk(3, dim=-1)[2], M)[:, 0] * ids.ne(0)[..., None]
-    padded = torch.cat([v, torch.zeros(B, s, DH)], dim=1)
+    zeros = torch.zeros(B, s, DH)
+    padded = torch.cat([v, zeros] if compat else [zeros, v], dim=1)
     for t in range(L):
-        _, h = att.grus[0](padded[:, t: t + s + 1])
+        window = padded[:, t: t + s + 1]
+        if encoder == "rnn":
+            _, h = att.grus[0](window)
+            ref = h[-1]
+        else:
+            ref = torch.relu(torch.einsum("bkd,edk->be", window, att.convs[0].weight) + att.convs[0].bias)
         mask = ids[:, t].ne(0)
-        torch.testing.assert_close(got[mask, t], h[-1][mask], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[mask, t], ref[mask], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("encoder", ["win", "adapt"])
