@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import random
 import re
 import subprocess
 import sys
@@ -99,11 +100,20 @@ def test_a_checkpoint_that_is_discarded_or_not_found_is_said(tmp_path, monkeypat
     assert "no checkpoint" not in out and "replacing" not in out
 
 
-def test_a_damaged_checkpoint_is_named_without_torchs_unsafe_advice(tmp_path, capsys):
-    """A truncated or foreign file where the checkpoint goes: a clear error naming it, not torch's traceback that
-    suggests weights_only=False (which would run whatever code the file holds)."""
+DAMAGED_CHECKPOINTS = {
+    "random bytes": random.Random(0).randbytes(4000),
+    "a pickle protocol torch warns about": b"\x80\x74" + bytes(200),   # torch's warning names weights_only
+    "an opcode cut short": b"\x80\x02M\x01",                          # struct.error inside the unpickler
+    "a zip that is not torch's": b"PK\x03\x04" + bytes(100),
+}
+
+
+@pytest.mark.parametrize("content", DAMAGED_CHECKPOINTS.values(), ids=DAMAGED_CHECKPOINTS.keys())
+def test_a_damaged_checkpoint_is_named_without_torchs_unsafe_advice(tmp_path, capsys, content):
+    """A truncated or foreign file where the checkpoint goes: a clear error naming it, not torch's traceback or
+    warnings that suggest weights_only=False (which would run whatever code the file holds)."""
     ckpt = tmp_path / "c.pt"
-    ckpt.write_bytes(os.urandom(4000))
+    ckpt.write_bytes(content)
     assert main(["train", *TINY, "--no-results", "--checkpoint", str(ckpt), "--resume"]) == 2
     err = capsys.readouterr().err
     assert f"{ckpt} cannot be read as a checkpoint" in err and "Delete it" in err and "weights_only" not in err

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import warnings
 
 import numpy as np
@@ -279,6 +280,27 @@ def test_resuming_a_run_whose_time_budget_is_spent_trains_no_further_epoch(tiny_
 
     longer = Trainer(make_model(tiny_split), tiny_split, config(epochs=3, time_budget=1e9, checkpoint=str(ckpt))).fit()
     assert longer.epochs_run == 3 and longer.stop_reason == "epochs"
+
+
+def test_any_damaged_checkpoint_is_one_clear_error_and_no_torch_warnings(tmp_path):
+    """Whatever bytes sit where a checkpoint should be (random, cut short, a pickle of another protocol), loading
+    raises ConfigError naming the file, and torch's warnings about the bytes are not passed on; a good checkpoint
+    cut in half is refused the same way, and the good one still loads."""
+    from tutorial_lib.training.checkpoint import save_checkpoint
+    rng = random.Random(0)
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, {"epoch": 3, "weights": torch.arange(1000.0)})
+    whole = path.read_bytes()
+    assert load_checkpoint(path)["epoch"] == 3
+    contents = [whole[: len(whole) // 2], whole[:-1], b"", b"\x80\x74" + bytes(50), b"\x80\x02M\x01"]
+    contents += [(b"\x80" if i % 2 else b"") + rng.randbytes(rng.choice([1, 3, 40, 500])) for i in range(300)]
+    for content in contents:
+        path.write_bytes(content)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with pytest.raises(ConfigError, match="cannot be read as a checkpoint|not a checkpoint of this"):
+                load_checkpoint(path)
+        assert not caught, (content[:8], [str(w.message) for w in caught])
 
 
 def test_a_checkpoint_of_other_settings_or_another_model_is_refused(tiny_split, tmp_path):

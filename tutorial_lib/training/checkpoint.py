@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import io
-import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +25,21 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     A file that is not one (truncated, overwritten, another program's) raises :class:`ConfigError` naming it;
     torch's own message would suggest ``weights_only=False``, which runs whatever code the file holds.
     """
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, EOFError, RuntimeError, ValueError, KeyError, IndexError, pickle.UnpicklingError) as exc:
-        if isinstance(exc, OSError) and not Path(path).is_file():
-            raise
-        raise ConfigError(f"{path} cannot be read as a checkpoint ({type(exc).__name__}): the file is damaged or "
-                          f"is not a checkpoint of this library. Delete it, and the run starts afresh") from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes the unpickler raise
+            if isinstance(exc, OSError) and not Path(path).is_file():
+                raise
+            failure = type(exc).__name__
+        else:
+            failure = None
+    if failure is not None:  # torch's warnings about the damaged bytes would only confuse; the error says it all
+        raise ConfigError(f"{path} cannot be read as a checkpoint ({failure}): the file is damaged or "
+                          f"is not a checkpoint of this library. Delete it, and the run starts afresh")
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     if not isinstance(state, dict):
         raise ConfigError(f"{path} holds a {type(state).__name__}, not a checkpoint of this library. Delete it, "
                           f"and the run starts afresh")
