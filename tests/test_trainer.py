@@ -416,6 +416,23 @@ def test_running_out_of_memory_names_the_settings_and_keeps_the_finished_epochs(
     assert load_checkpoint(ckpt)["epoch"] == 1          # the finished epoch is kept
 
 
+@pytest.mark.parametrize("loss, named", [("ce", None), ("bce", "BCE gathers 7 negative"),
+                                          ("sampled-ce", "Sampled softmax scores 7 negatives")])
+def test_running_out_of_memory_with_sampled_losses_names_the_negatives(tiny_split, loss, named):
+    """With BCE or sampled softmax the negatives size a batch too (BCE: batch x max_len x negatives x d)."""
+    sampled = {} if loss == "ce" else {"n_negatives": 7}
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=1, loss=loss, **sampled))
+
+    def runs_out(epoch):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 9 bytes")
+
+    trainer.train_epoch = runs_out
+    with pytest.raises(NotEnoughMemoryError) as info:
+        trainer.fit()
+    assert ("--negatives" in str(info.value)) == (named is not None)
+    assert named is None or named in str(info.value)
+
+
 def test_other_runtime_errors_pass_through_unchanged(tiny_split):
     trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=1))
 

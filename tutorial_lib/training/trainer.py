@@ -463,11 +463,16 @@ class Trainer:
 
     def _memory_advice(self) -> str:
         cfg = self.config
+        negatives = {"bce": f" BCE gathers {cfg.negatives} negative item vectors at every target position "
+                            f"(batch_size x max_len x negatives x d values): lower --negatives too.",
+                     "sampled-ce": f" Sampled softmax scores {cfg.negatives} negatives at every target position "
+                                   f"(batch_size x max_len x negatives scores): lower --negatives too."}
         return (f"A training batch holds {cfg.batch_size} windows of up to {self.model.max_len} items, and the "
                 f"attention of each block keeps batch_size x heads x max_len^2 scores; validation ranks all "
                 f"{self.split.n_items} items for each user of a batch. Lower batch_size or max_len (the command "
                 f"line's --batch-size, --max-len): the longest input here has {self.longest_input} items"
-                + ("" if cfg.bucketing else ", and bucketing trims each batch to its longest window") + ".")
+                + ("" if cfg.bucketing else ", and bucketing trims each batch to its longest window") + "."
+                + negatives.get(cfg.loss, ""))
 
     def _fit(self) -> TrainResult:
         cfg = self.config
