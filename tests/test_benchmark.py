@@ -65,6 +65,11 @@ def test_presets_reach_the_specs():
     assert spec.resolved_max_len() == 50 and spec.resolved_model_options()["dropout"] == 0.5
     assert ExperimentSpec(model="lightsans", dataset="beauty").resolved_model_options()["k_interests"] == 10
     assert ExperimentSpec(model="bert4rec", dataset="beauty").resolved_mask_prob() == 0.6
+    short = {"dataset": "synthetic", "max_len": 12}                 # the presets' ranks (20, 40) shrink to the window
+    assert ExperimentSpec(model="lightsans", **short).resolved_model_options()["k_interests"] == 12
+    assert ExperimentSpec(model="fparec", **short).resolved_model_options()["k"] == 12
+    own = ExperimentSpec(model="lightsans", model_options={"k_interests": 30}, **short)
+    assert own.resolved_model_options()["k_interests"] == 30          # a rank the user chose is theirs
     user = ExperimentSpec(model="rksa", dataset="ml-1m", max_len=100, model_options={"dropout": 0.1})
     assert user.resolved_max_len() == 100 and user.resolved_model_options()["dropout"] == 0.1
 

@@ -3,6 +3,7 @@ released-code compatibility mode and prefix-sample training."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -275,3 +276,14 @@ def test_decoupled_position_attention_is_the_formula_written_out(compat):
     got = pos(v, ctx)
     rows = ids.ne(0)[:, None, :, None].expand_as(got) if not compat else torch.ones_like(got, dtype=torch.bool)
     torch.testing.assert_close(got[rows], expected[rows], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["lightsans", "lightsans-ape"])
+def test_more_interests_than_positions_is_warned_about(name):
+    """k interests above max_len compress nothing (and cost more than SASRec's attention): said when built;
+    k = max_len, the largest meaningful rank (FPARec's limit too), builds quietly."""
+    with pytest.warns(UserWarning, match="k_interests=9 is above max_len=8"):
+        build_model(name, n_items=20, max_len=8, k_interests=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_model(name, n_items=20, max_len=8, k_interests=8)

@@ -49,14 +49,16 @@ RUN_SETTINGS = ("max_len", "mask_prob")
 
 def method_preset(model: str, dataset: str, max_len: int | None = None) -> tuple[dict, dict]:
     """``(model_options, run_settings)`` the presets give ``model`` on ``dataset``; with ``max_len``, a preset
-    rank ``k`` larger than the window is reduced to it (an explicit ``k`` is the user's to choose)."""
+    rank (FPARec's ``k``, LightSANs' ``k_interests``) larger than the window is reduced to it (an explicit one is
+    the user's to choose)."""
     group = dataset_group(dataset)
     for prefix, by_group in METHOD_PRESETS.items():
         if model == prefix or model.startswith(prefix + "-"):
             chosen = dict(by_group.get(group, {}))
             run = {k: chosen.pop(k) for k in RUN_SETTINGS if k in chosen}
-            if max_len is not None and "k" in chosen:
-                chosen["k"] = min(chosen["k"], max_len)
+            for rank in ("k", "k_interests"):
+                if max_len is not None and rank in chosen:
+                    chosen[rank] = min(chosen[rank], max_len)
             return chosen, run
     return {}, {}
 

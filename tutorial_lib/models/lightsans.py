@@ -17,6 +17,8 @@ this course's.
 """
 from __future__ import annotations
 
+import warnings
+
 from torch import nn
 
 from ..attention.low_rank import LowRankAttention
@@ -27,6 +29,11 @@ from .registry import register_model
 def _build(n_items: int, max_len: int, decoupled: bool, d_model: int, n_layers: int, n_heads: int,
            k_interests: int, dropout: float, attn_dropout: float, ffn_dim: int | None, compat: bool
            ) -> SequentialRecommender:
+    if k_interests > max_len:    # FPARec refuses k > max_len outright; here the model still works, only uselessly
+        warnings.warn(f"k_interests={k_interests} is above max_len={max_len}: LightSANs compresses up to max_len "
+                      f"positions into k interests, so a k above max_len compresses nothing and costs more than "
+                      f"SASRec's attention. Choose k_interests <= max_len (20 is the authors' ML-1M setting)",
+                      stacklevel=3)
     table = nn.Embedding(max_len, d_model) if decoupled else None  # one position table, shared by the layers
     model = SequentialRecommender(
         n_items, max_len, d_model, n_layers,
