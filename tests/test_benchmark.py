@@ -114,7 +114,8 @@ def test_a_paused_run_resumes_and_only_then_gets_a_row(tmp_path, small_synthetic
 @pytest.mark.skipif(os.name == "nt", reason="a released lock file stays behind on Windows, so it names no live process")
 def test_the_status_of_a_partial_run_says_whether_a_live_process_trains_it(tmp_path, small_synthetic):
     """The lock file of a run being trained names its process: alive means training now; a crashed runner's
-    leftover names a dead one. A checkpoint that cannot be read leaves the run partial without its progress."""
+    leftover names a dead one. A checkpoint that cannot be read leaves the run partial without its progress, and the
+    table says to delete it."""
     spec = replace(ExperimentSpec(**TINY), model="sasrec", dataset="synthetic")
     ckpts = tmp_path / "ckpt"
     ckpts.mkdir()
@@ -131,6 +132,8 @@ def test_the_status_of_a_partial_run_says_whether_a_live_process_trains_it(tmp_p
     ckpt.write_bytes(b"not a checkpoint")
     (st,) = bm.status([spec], tmp_path / "runs.csv", ckpts)
     assert st.state == "partial" and st.progress is None and "1 partial" in bm.summary([st])
+    assert st.unreadable and f"checkpoint cannot be read (damaged?): delete {ckpt}" in bm.summary([st])
+    assert not bm.status([spec], tmp_path / "runs.csv", ckpts, progress=False)[0].unreadable   # not looked at
 
 
 def test_an_exhausted_budget_starts_nothing(tmp_path, small_synthetic):

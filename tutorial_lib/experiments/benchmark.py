@@ -163,6 +163,7 @@ class RunStatus:
     checkpoint: Path
     row: dict | None = None
     progress: RunProgress | None = None   # for a partial run whose checkpoint could be read (``status(progress=True)``)
+    unreadable: bool = False   # a partial run whose checkpoint is there but cannot be read (``status(progress=True)``)
 
 
 def checkpoint_path(spec: ExperimentSpec, folder: Path) -> Path:
@@ -187,7 +188,9 @@ def status(specs: Sequence[ExperimentSpec], results: Path, checkpoints: Path,
         row = rows.get((spec.run_id(), spec.protocol))
         state = ("done" if row else "no data" if spec.dataset in missing else "partial" if ckpt.exists()
                  else "pending")
-        out.append(RunStatus(spec, state, ckpt, row, read_progress(ckpt) if progress and state == "partial" else None))
+        found = read_progress(ckpt) if progress and state == "partial" else None
+        unreadable = progress and state == "partial" and found is None and ckpt.is_file()
+        out.append(RunStatus(spec, state, ckpt, row, found, unreadable))
     return out
 
 
@@ -273,6 +276,9 @@ def summary(statuses: Sequence[RunStatus]) -> str:
         head = f"{s.dataset:14s} {s.model:16s} {s.loss:10s} {s.seed:4d}  {st.state:8s} "
         if st.progress is not None:
             lines.append(head + describe_progress(st.progress))
+        elif st.unreadable:
+            lines.append(head + f"its checkpoint cannot be read (damaged?): delete {st.checkpoint} and the run "
+                                f"starts afresh")
         else:
             lines.append(head + f"{num(r, 'hr@10', '.4f'):>7s} {num(r, 'ndcg@10', '.4f'):>8s} "
                                 f"{num(r, 'seconds_per_epoch', '.1f'):>8s}")
