@@ -323,6 +323,29 @@ def test_an_archive_put_in_place_by_hand_is_extracted_without_downloading(tmp_pa
     assert (folder / "u.data").read_bytes() == content and (folder / "bundle.zip").exists()   # the archive is kept
 
 
+@pytest.mark.parametrize("bad", ["checksum", "not a zip"])
+def test_a_bad_archive_put_in_place_by_hand_is_deleted_with_advice_that_works_offline(tmp_path, monkeypatch, bad):
+    """A hand-placed archive that does not match is not kept (like a downloaded one), and the error says to place
+    a good copy again or fetch one, not to "run the download again": no download was run."""
+    folder = tmp_path / "data" / "zipped"
+    folder.mkdir(parents=True)
+    if bad == "checksum":
+        with zipfile.ZipFile(folder / "bundle.zip", "w") as zf:
+            zf.writestr("bundle/u.data", "1\t1\t5\t10\n")
+    else:
+        (folder / "bundle.zip").write_bytes(b"an html error page")
+    source = (tmp_path / "nowhere" / "bundle.zip").as_uri()
+    f = FileSpec("u.data", (source,), "f" * 64, archive_member="bundle/u.data", archive_filename="bundle.zip")
+    _fake(monkeypatch, DatasetSpec("zipped", "Zipped", "zipped", (f,), registry.MOVIELENS, "none",
+                                   FileStats(1, 1, 1, 1.0, 1)))
+    with pytest.raises(ChecksumError) as info:
+        ensure_dataset("zipped", root=tmp_path / "data")
+    msg = str(info.value)
+    assert "placed by hand, so put a good copy there again" in msg and source in msg
+    assert "datasets --download zipped" in msg and "run the download again" not in msg
+    assert not (folder / "bundle.zip").exists() and not (folder / "u.data").exists()
+
+
 def test_archive_member_checksum_mismatch(tmp_path, monkeypatch):
     archive = tmp_path / "pub" / "bundle.zip"
     archive.parent.mkdir()

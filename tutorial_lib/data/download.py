@@ -164,8 +164,10 @@ def extract_member(
     dest: str | os.PathLike,
     sha256: str | None = None,
     expected_size: int | None = None,
+    remedy: str = "run the download again",
 ) -> Path:
-    """Extract ``member`` of the zip ``archive`` to ``dest`` (via ``dest.part``), verifying its sha256."""
+    """Extract ``member`` of the zip ``archive`` to ``dest`` (via ``dest.part``), verifying its sha256. A bad
+    archive is deleted, and the error ends with ``remedy`` (how to get a good one)."""
     archive, dest = Path(archive), Path(dest)
     part = dest.with_name(dest.name + ".part")
     try:
@@ -175,15 +177,13 @@ def extract_member(
         part.unlink(missing_ok=True)
         archive.unlink(missing_ok=True)
         raise ChecksumError(
-            f"{archive} is not a valid zip with member {member!r} ({exc}); the archive was deleted, "
-            "run the download again."
+            f"{archive} is not a valid zip with member {member!r} ({exc}); the archive was deleted: {remedy}."
         ) from exc
     problem = _check(part, dest, f"{archive}:{member}", sha256, expected_size)
     if problem:
         part.unlink(missing_ok=True)
         archive.unlink(missing_ok=True)   # the bad file is not kept: a rerun downloads the archive afresh
-        raise ChecksumError(f"{problem}.\nNothing was written to {dest}, and {archive} was deleted; run the "
-                            f"download again.")
+        raise ChecksumError(f"{problem}.\nNothing was written to {dest}, and {archive} was deleted: {remedy}.")
     os.replace(part, dest)
     return dest
 
@@ -203,9 +203,9 @@ def archive_path(f: FileSpec, folder: Path) -> Path | None:
     return Path(folder) / (f.archive_filename or Path(f.urls[0]).name)
 
 
-def extract_placed_archives(folder: Path, missing: Sequence[FileSpec]) -> bool:
+def extract_placed_archives(folder: Path, missing: Sequence[FileSpec], dataset: str) -> bool:
     """Extract (and verify) the missing files whose archive was put in ``folder`` by hand, as the download
-    instructions allow; the archive is kept. Whether anything was extracted."""
+    instructions allow; the archive is kept (a bad one is deleted). Whether anything was extracted."""
     done = False
     for f in missing:
         archive = archive_path(f, folder)
@@ -213,7 +213,9 @@ def extract_placed_archives(folder: Path, missing: Sequence[FileSpec]) -> bool:
             if not f.required and not _holds(archive, f.archive_member):
                 continue                # an optional file (titles) the archive at hand lacks: skipped
             _log(f"extracting {f.archive_member} from {archive}")
-            extract_member(archive, f.archive_member, folder / f.filename, f.sha256, f.size)
+            remedy = (f"it was placed by hand, so put a good copy there again (from {f.urls[0]}), or let the "
+                      f"library fetch one: python -m tutorial_lib datasets --download {dataset}")
+            extract_member(archive, f.archive_member, folder / f.filename, f.sha256, f.size, remedy)
             done = True
     return done
 
@@ -320,7 +322,7 @@ def ensure_dataset(
     spec = get_spec(name)
     folder = dataset_folder(spec, root)
     missing = [f for f in spec.files if not (folder / f.filename).is_file()]
-    if any(f.required for f in missing) and extract_placed_archives(folder, missing):
+    if any(f.required for f in missing) and extract_placed_archives(folder, missing, spec.name):
         missing = [f for f in spec.files if not (folder / f.filename).is_file()]
     missing_required = [f for f in missing if f.required]
     if not download:
