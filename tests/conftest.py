@@ -1,9 +1,11 @@
 """Shared fixtures: tiny synthetic data and a quiet library (no progress bars or log lines)."""
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,11 +22,18 @@ def _quiet(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def _restore_torch_rng():
-    """Tests seed torch freely; keep them from leaking RNG state into each other."""
-    state = torch.get_rng_state()
+def _seeded_generators():
+    """Every test starts from the same global generators (torch, NumPy, random), so a test that draws without
+    seeding is still the same test on every run (torch seeds itself from the OS in each process); the state is
+    restored afterwards, so tests that seed freely leak nothing into each other."""
+    states = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
     yield
-    torch.set_rng_state(state)
+    torch.set_rng_state(states[0])
+    np.random.set_state(states[1])
+    random.setstate(states[2])
 
 
 @pytest.fixture(scope="session")

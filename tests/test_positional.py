@@ -97,6 +97,7 @@ def test_exponential_pattern_puts_most_weight_on_recent_items():
 def test_factorised_pattern_has_rank_at_most_k():
     """The module's own logits (not a product rebuilt here): rank k up to the soft cap, which bends them only
     beyond |x| ~ 5, and the full pattern is not low-rank."""
+    torch.manual_seed(0)      # an unlucky draw (about 1 in 4,000) puts enough logits past the cap to lift rank 4
     att = PositionalAttention(D, 1, 30, "factorized", rank=3)
     with torch.no_grad():
         att.f1.normal_()
