@@ -40,7 +40,11 @@ def test_every_dataset_a_notebook_reads_is_in_the_map(number):
 
 def test_missing_data_warns_and_a_missing_package_fails(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQREC_DATA_DIR", str(tmp_path))  # an empty data folder, the one the notebooks read
-    findings = run_checks(None, train=False)
+    installed = [f for f in preflight.package_findings() if f.ok or f.required]   # this machine's kernel and
+    with monkeypatch.context() as m:                                 # optional packages may warn too: only the data's
+        m.setattr(preflight, "kernel_finding", lambda: Finding("jupyter kernel", True, "stand-in", required=False))
+        m.setattr(preflight, "package_findings", lambda: installed)   # warnings are counted below
+        findings = run_checks(None, train=False)
     data = [f for f in findings if f.topic.startswith("data")]
     assert [f.topic for f in data] == [f"data: {n}" for n in NOTEBOOK_DATASETS]
     assert not any(f.ok or f.required for f in data)
@@ -108,6 +112,12 @@ def test_the_kernel_check_names_the_python_the_kernel_runs(monkeypatch):
     monkeypatch.setattr(KernelSpecManager, "get_kernel_spec",
                         spec_running("/opt/other/bin/python", "/env/lib/python3.11/site-packages/ipykernel/resources"))
     assert preflight.kernel_finding().ok and "built-in" in preflight.kernel_finding().detail
+
+    # a kernel file saying just "python" (or python3): Jupyter starts its own interpreter, whatever PATH holds
+    monkeypatch.setenv("PATH", "/nowhere")
+    for bare in ("python", f"python{sys.version_info[0]}"):
+        monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", spec_running(bare))
+        assert preflight.kernel_finding().ok and "Jupyter replaces" in preflight.kernel_finding().detail
 
     def no_kernel(self, name):
         raise NoSuchKernel(name)

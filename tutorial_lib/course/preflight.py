@@ -75,6 +75,12 @@ def package_findings() -> list[Finding]:
     return findings
 
 
+#: a kernel command that starts with one of these names runs the interpreter of the process that launches it
+#: (jupyter_client's ``KernelManager.format_kernel_cmd`` puts ``sys.executable`` in their place), not the first
+#: ``python`` on PATH
+LAUNCHER_PYTHON_NAMES = frozenset({"python", f"python{sys.version_info[0]}", "python%d.%d" % sys.version_info[:2]})
+
+
 def kernel_finding() -> Finding:
     """A Jupyter kernel named ``python3`` (what the notebooks and nbval ask for), and whether it runs this Python."""
     install = ("python -m ipykernel install --sys-prefix (for everyone using this environment, e.g. a server "
@@ -91,6 +97,9 @@ def kernel_finding() -> Finding:
     if "ipykernel" in Path(spec.resource_dir).parts:  # no kernel file: Jupyter's built-in python3
         return Finding("jupyter kernel", True, "python3 is ipykernel's built-in kernel: it runs the Python that runs "
                        "Jupyter (this environment's when `jupyter lab` starts from it)", required=False)
+    if spec.argv and spec.argv[0] in LAUNCHER_PYTHON_NAMES:  # jupyter_client starts these with its own interpreter
+        return Finding("jupyter kernel", True, f"python3 runs {spec.argv[0]!r}, which Jupyter replaces by the Python "
+                       "that runs it (this environment's when `jupyter lab` starts from it)", required=False)
     runs = (shutil.which(spec.argv[0]) or spec.argv[0]) if spec.argv else "?"
     if environment_of(runs) == sys.prefix:
         return Finding("jupyter kernel", True, f"python3 runs this environment's Python ({runs})", required=False)
