@@ -142,7 +142,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server():
+def server(monkeypatch):
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")   # a machine's proxy must not get the loopback requests
     handler = type("H", (_Handler,), {"log": [], "honour_range": True})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -15,6 +15,8 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not 
 @pytest.fixture(autouse=True)
 def _no_commit_override(monkeypatch):
     monkeypatch.delenv("SEQREC_COMMIT", raising=False)
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):   # set by git for its hooks: pytest run from a
+        monkeypatch.delenv(name, raising=False)                   # hook would ask the project's repository
 
 
 def _git(repo, *args):
