@@ -26,14 +26,14 @@ from .backbone import SequentialRecommender
 from .registry import register_model
 
 
+def default_interests(k_interests: int | None, max_len: int) -> int:
+    """``k_interests``, or for ``None`` the authors' 20 capped at ``max_len`` (as FPARec's default ``k``)."""
+    return min(20, max_len) if k_interests is None else k_interests
+
+
 def _build(n_items: int, max_len: int, decoupled: bool, d_model: int, n_layers: int, n_heads: int,
            k_interests: int, dropout: float, attn_dropout: float, ffn_dim: int | None, compat: bool
            ) -> SequentialRecommender:
-    if k_interests > max_len:    # FPARec refuses k > max_len outright; here the model still works, only uselessly
-        warnings.warn(f"k_interests={k_interests} is above max_len={max_len}: LightSANs compresses up to max_len "
-                      f"positions into k interests, so a k above max_len compresses nothing and costs more than "
-                      f"SASRec's attention. Choose k_interests <= max_len (20 is the authors' ML-1M setting)",
-                      stacklevel=3)
     table = nn.Embedding(max_len, d_model) if decoupled else None  # one position table, shared by the layers
     model = SequentialRecommender(
         n_items, max_len, d_model, n_layers,
@@ -41,25 +41,32 @@ def _build(n_items: int, max_len: int, decoupled: bool, d_model: int, n_layers: 
         dropout=dropout, ffn_dim=ffn_dim, positions="none" if decoupled else "absolute",
         objective="last" if compat else "next", full_width=compat,
     )
+    if k_interests > max_len:    # FPARec refuses k > max_len outright; here the model still works, only uselessly
+        warnings.warn(f"k_interests={k_interests} is above max_len={max_len}: LightSANs compresses up to max_len "
+                      f"positions into k interests, so a k above max_len compresses nothing and costs more than "
+                      f"SASRec's attention. Choose k_interests <= max_len (20 is the authors' ML-1M setting)",
+                      stacklevel=4)
     return model
 
 
 @register_model("lightsans", "LightSANs: k latent interests (causal prefix aggregation) + decoupled positions",
                 family="low_rank")
 def build_lightsans(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
-                    k_interests: int = 20, dropout: float = 0.2, attn_dropout: float = 0.0,
+                    k_interests: int | None = None, dropout: float = 0.2, attn_dropout: float = 0.0,
                     ffn_dim: int | None = None, compat: bool = False) -> SequentialRecommender:
-    """LightSANs with decoupled position encoding (paper Eq. 1-4). ``k_interests=20`` is the authors' ML-1M
-    configuration (the paper's text states no k; its Table 3 parameter count fits 20; docs/methods.md §3.2-3.3)."""
-    return _build(n_items, max_len, True, d_model, n_layers, n_heads, k_interests, dropout, attn_dropout,
-                  ffn_dim, compat)
+    """LightSANs with decoupled position encoding (paper Eq. 1-4). ``k_interests=None`` means 20, the authors'
+    ML-1M configuration (the paper's text states no k; its Table 3 parameter count fits 20; docs/methods.md
+    §3.2-3.3), or ``max_len`` when the window is shorter."""
+    return _build(n_items, max_len, True, d_model, n_layers, n_heads, default_interests(k_interests, max_len),
+                  dropout, attn_dropout, ffn_dim, compat)
 
 
 @register_model("lightsans-ape", "LightSANs-ape: k latent interests, absolute positions added to the input",
                 family="low_rank")
 def build_lightsans_ape(n_items: int, max_len: int, d_model: int = 64, n_layers: int = 2, n_heads: int = 2,
-                        k_interests: int = 20, dropout: float = 0.2, attn_dropout: float = 0.0,
+                        k_interests: int | None = None, dropout: float = 0.2, attn_dropout: float = 0.0,
                         ffn_dim: int | None = None, compat: bool = False) -> SequentialRecommender:
-    """LightSANs-ape: the low-rank attention with SASRec's absolute position embedding."""
-    return _build(n_items, max_len, False, d_model, n_layers, n_heads, k_interests, dropout, attn_dropout,
-                  ffn_dim, compat)
+    """LightSANs-ape: the low-rank attention with SASRec's absolute position embedding (``k_interests`` as in
+    :func:`build_lightsans`)."""
+    return _build(n_items, max_len, False, d_model, n_layers, n_heads, default_interests(k_interests, max_len),
+                  dropout, attn_dropout, ffn_dim, compat)
