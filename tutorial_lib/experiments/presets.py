@@ -56,8 +56,8 @@ def method_preset(model: str, dataset: str, max_len: int | None = None) -> tuple
         if model == prefix or model.startswith(prefix + "-"):
             chosen = dict(by_group.get(group, {}))
             run = {k: chosen.pop(k) for k in RUN_SETTINGS if k in chosen}
-            for rank in ("k", "k_interests"):
-                if max_len is not None and rank in chosen:
+            for rank in ("k", "k_interests") if max_len is not None else ():
+                if rank in chosen:
                     chosen[rank] = min(chosen[rank], max_len)
             return chosen, run
     return {}, {}

@@ -26,14 +26,11 @@ from .backbone import SequentialRecommender
 from .registry import register_model
 
 
-def default_interests(k_interests: int | None, max_len: int) -> int:
-    """``k_interests``, or for ``None`` the authors' 20 capped at ``max_len`` (as FPARec's default ``k``)."""
-    return min(20, max_len) if k_interests is None else k_interests
-
-
 def _build(n_items: int, max_len: int, decoupled: bool, d_model: int, n_layers: int, n_heads: int,
-           k_interests: int, dropout: float, attn_dropout: float, ffn_dim: int | None, compat: bool
+           k_interests: int | None, dropout: float, attn_dropout: float, ffn_dim: int | None, compat: bool
            ) -> SequentialRecommender:
+    if k_interests is None:      # the authors' 20, capped at a shorter window (as FPARec's default k)
+        k_interests = min(20, max_len)
     table = nn.Embedding(max_len, d_model) if decoupled else None  # one position table, shared by the layers
     model = SequentialRecommender(
         n_items, max_len, d_model, n_layers,
@@ -57,8 +54,8 @@ def build_lightsans(n_items: int, max_len: int, d_model: int = 64, n_layers: int
     """LightSANs with decoupled position encoding (paper Eq. 1-4). ``k_interests=None`` means 20, the authors'
     ML-1M configuration (the paper's text states no k; its Table 3 parameter count fits 20; docs/methods.md
     §3.2-3.3), or ``max_len`` when the window is shorter."""
-    return _build(n_items, max_len, True, d_model, n_layers, n_heads, default_interests(k_interests, max_len),
-                  dropout, attn_dropout, ffn_dim, compat)
+    return _build(n_items, max_len, True, d_model, n_layers, n_heads, k_interests, dropout, attn_dropout,
+                  ffn_dim, compat)
 
 
 @register_model("lightsans-ape", "LightSANs-ape: k latent interests, absolute positions added to the input",
@@ -68,5 +65,5 @@ def build_lightsans_ape(n_items: int, max_len: int, d_model: int = 64, n_layers:
                         ffn_dim: int | None = None, compat: bool = False) -> SequentialRecommender:
     """LightSANs-ape: the low-rank attention with SASRec's absolute position embedding (``k_interests`` as in
     :func:`build_lightsans`)."""
-    return _build(n_items, max_len, False, d_model, n_layers, n_heads, default_interests(k_interests, max_len),
-                  dropout, attn_dropout, ffn_dim, compat)
+    return _build(n_items, max_len, False, d_model, n_layers, n_heads, k_interests, dropout, attn_dropout,
+                  ffn_dim, compat)
