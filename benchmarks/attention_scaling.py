@@ -28,7 +28,8 @@ from pathlib import Path
 import torch
 
 from tutorial_lib.experiments.efficiency import growth_exponent, measure
-from tutorial_lib.experiments.results import hardware_description, provenance_lines
+from tutorial_lib.experiments.results import provenance_lines
+from tutorial_lib.utils.device import hardware_description
 from tutorial_lib.utils import atomic_write_text, resolve_device
 
 #: ``name`` or ``name:option=value``; "sasrec:attn_dropout=0.2" is SASRec with dropout on the attention weights

@@ -17,6 +17,8 @@ from tutorial_lib.errors import ConfigError, UnknownNameError
 from tutorial_lib.experiments import benchmark as bm
 from tutorial_lib.experiments.results import read_runs
 from tutorial_lib.experiments.run import ExperimentSpec, run_experiment
+from tutorial_lib.training import trainer as trainer_module
+from tutorial_lib.utils.device import hardware_description
 
 TINY = dict(epochs=3, max_len=10, patience=5, eval_users=50, progress=False,
             model_options={"d_model": 8, "n_layers": 1})
@@ -92,12 +94,15 @@ def test_finished_runs_are_recorded_once_and_skipped(tmp_path, small_synthetic):
     assert "2 done" in bm.summary(final)
 
 
-def test_a_paused_run_resumes_and_only_then_gets_a_row(tmp_path, small_synthetic):
+def test_a_paused_run_resumes_and_only_then_gets_a_row(tmp_path, small_synthetic, monkeypatch):
+    """...and the row names both machines when the run was paused on one (a GPU here) and finished on another."""
     spec = replace(ExperimentSpec(**TINY), model="sasrec", dataset="synthetic")
     results, ckpts = tmp_path / "runs.csv", tmp_path / "ckpt"
     ckpts.mkdir()
     ckpt = bm.checkpoint_path(spec, ckpts)
+    monkeypatch.setattr(trainer_module, "hardware_description", lambda device: "cuda: Big GPU")
     paused = run_experiment(replace(spec, checkpoint=str(ckpt), deadline=time.time() - 1))
+    monkeypatch.setattr(trainer_module, "hardware_description", hardware_description)
     assert paused.train.stop_reason == "deadline" and not paused.train.finished and paused.train.epochs_run == 1
     assert ckpt.exists() and paused.test == {}
     (st,) = bm.status([spec], results, ckpts)
@@ -109,6 +114,7 @@ def test_a_paused_run_resumes_and_only_then_gets_a_row(tmp_path, small_synthetic
     assert final[0].state == "done"
     (row,) = read_runs(results)
     assert row["epochs"] == "3" and row["stopped"] in ("epochs", "patience")
+    assert row["hardware"] == f"cuda: Big GPU (epoch 1); {hardware_description(torch.device('cpu'))} (epochs 2-3)"
 
 
 @pytest.mark.skipif(os.name == "nt", reason="a released lock file stays behind on Windows, so it names no live process")

@@ -17,6 +17,7 @@ from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.models import build_model
 from tutorial_lib.data.batching import iterate_batches
 from tutorial_lib.training import Trainer, TrainConfig, load_checkpoint
+from tutorial_lib.utils.device import describe_machines
 
 MAX_LEN = 10
 
@@ -324,6 +325,30 @@ def test_the_checkpoint_records_how_the_model_was_built(tiny_split, tmp_path):
     recipe = load_checkpoint(ckpt)["recipe"]
     assert recipe["model"] == "sasrec" and recipe["max_len"] == MAX_LEN and recipe["n_items"] == tiny_split.n_items
     assert recipe["options"]["n_heads"] == 4 and recipe["options"]["layout"] == "paper"    # defaults included
+
+
+def test_a_run_resumed_on_another_machine_records_both(tiny_split, tmp_path, monkeypatch):
+    """Paused after epoch 2 on one machine, finished on another: the result (and so the results row) names each
+    machine with its epochs; a run that stays on one machine has one stretch, and a checkpoint written before
+    machines were recorded marks its epochs "not recorded"."""
+    import tutorial_lib.training.trainer as trainer_module
+
+    ckpt = tmp_path / "run.pt"
+    monkeypatch.setattr(trainer_module, "hardware_description", lambda device: "cuda: Big GPU")
+    first = Trainer(make_model(tiny_split), tiny_split, config(epochs=2, patience=10, checkpoint=str(ckpt))).fit()
+    assert first.machines == [["cuda: Big GPU", 1, 2]]
+    monkeypatch.setattr(trainer_module, "hardware_description", lambda device: "cpu: Laptop x1 threads")
+    resumed = Trainer(make_model(tiny_split), tiny_split, config(epochs=4, patience=10, checkpoint=str(ckpt))).fit()
+    assert resumed.machines == [["cuda: Big GPU", 1, 2], ["cpu: Laptop x1 threads", 3, 4]]
+    assert describe_machines(resumed.machines) == ("cuda: Big GPU (epochs 1-2); cpu: Laptop x1 threads "
+                                                   "(epochs 3-4)")
+    assert describe_machines(first.machines) == "cuda: Big GPU" and describe_machines([]) == ""
+
+    state = load_checkpoint(ckpt)
+    del state["machines"]                                     # as a checkpoint of 2026-11-29 was written
+    torch.save(state, ckpt)
+    older = Trainer(make_model(tiny_split), tiny_split, config(epochs=5, patience=10, checkpoint=str(ckpt))).fit()
+    assert older.machines == [["not recorded", 1, 4], ["cpu: Laptop x1 threads", 5, 5]]
 
 
 def test_checkpoint_keeps_the_loss_scale(tiny_split, tmp_path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import platform
 import shlex
 import subprocess
 from collections.abc import Collection, Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
+from ..utils.device import hardware_description
 from ..utils.io import atomic_write_text
 from ..utils.locks import locked
 
@@ -94,22 +94,6 @@ def publish_table(lines: list[str], out: str | Path | None = None, commit: str |
     if out:
         atomic_write_text(Path(out), table + "\n")
     return table
-
-
-def hardware_description(device: torch.device) -> str:
-    """E.g. ``"cpu: Intel Xeon ... x2 threads"`` or ``"cuda: NVIDIA H100"``."""
-    if device.type == "cuda":
-        return f"cuda: {torch.cuda.get_device_name(device)}"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{device.type}: {cpu} x{torch.get_num_threads()} threads"
 
 
 def append_run(row: dict, path: str | Path | None = None) -> Path:

@@ -17,11 +17,12 @@ from ..evaluation import EvalProtocol, Evaluator
 from ..models import build_model
 from ..training import TrainConfig, Trainer, TrainResult
 from ..training.trainer import training_device
+from ..utils.device import describe_machines, hardware_description
 from ..utils.seeding import forked_torch_rng, seed_everything
 from ..models.registry import get_model_entry
 from .artifacts import load_trained, save_trained, trained_model_path
 from .presets import dataset_defaults, method_preset
-from .results import hardware_description, now_iso, process_commit
+from .results import now_iso, process_commit
 
 SYNTHETIC = "synthetic"
 EVAL_SEED = 0
@@ -249,7 +250,7 @@ class ExperimentResult:
             "seconds_per_epoch": round(self.train.seconds_per_epoch, 2),
             "device": self.device.type, "torch": torch.__version__, "commit": self.commit or process_commit(), "command": command,
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
-            "max_len": s.resolved_max_len(), "hardware": hardware_description(self.device),
+            "max_len": s.resolved_max_len(), "hardware": describe_machines(self.train.machines) or hardware_description(self.device),
             "options": options_text(s.resolved_model_options()),
             "training": training, "stopped": self.train.stop_reason, "run_id": s.run_id(),
         }

@@ -21,7 +21,7 @@ from ..data.split import LeaveOneOutSplit
 from ..errors import ConfigError
 from ..evaluation.evaluator import Evaluator
 from ..models.backbone import user_inputs
-from ..utils.device import resolve_device
+from ..utils.device import hardware_description, resolve_device
 from ..utils.seeding import deterministic_algorithms, device_rng_state, set_device_rng_state
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, ce_chunk_rows, full_ce_loss, sampled_softmax_loss
@@ -211,6 +211,9 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     stopped_early: bool = False
     stop_reason: str = "epochs"  # "epochs", "patience", "time-budget" or "deadline" (paused, not finished)
+    #: where the epochs ran: ``[hardware description, first epoch, last epoch]`` per stretch on one machine (a run
+    #: resumed elsewhere has several; epochs of a checkpoint written before 2026-11-30 are "not recorded")
+    machines: list[list] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -390,25 +393,25 @@ class Trainer:
         if self.config.show_log:
             tqdm.write(f"learning rate cut to {self.current_lr:.3g}")
 
-    def _state(self, epoch: int, best: dict, history: list, train_seconds: float) -> dict:
+    def _state(self, epoch: int, best: dict, history: list, train_seconds: float, machines: list) -> dict:
         return {
             "epoch": epoch, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(), "torch_rng": torch.get_rng_state(),
             "device_rng": device_rng_state(self.device),
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "best": best, "history": history, "train_seconds": train_seconds,
-            "config": self._config_values(), "recipe": getattr(self.model, "recipe", None),
+            "config": self._config_values(), "recipe": getattr(self.model, "recipe", None), "machines": machines,
         }
 
     def _config_values(self) -> dict:
         """The settings as plain values, as checkpoints store them (tuples as lists)."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self.config).items()}
 
-    def _resume(self) -> tuple[int, dict, list, float]:
+    def _resume(self) -> tuple[int, dict, list, float, list]:
         ckpt = Path(self.config.checkpoint) if self.config.checkpoint else None
         fresh = {"metric": -math.inf, "epoch": 0, "valid": {}, "state": None, "bad": 0}
         if ckpt is None or not ckpt.exists():
-            return 1, fresh, [], 0.0
+            return 1, fresh, [], 0.0, []
         state = load_checkpoint(ckpt)
         self._check_resumable(ckpt, state)
         self.model.load_state_dict(state["model"])
@@ -420,7 +423,8 @@ class Trainer:
             self.scaler.load_state_dict(state["scaler"])   # the fp16 loss scale, or it restarts at 2**16
         if self.config.show_log:
             tqdm.write(f"resuming from {ckpt} after epoch {state['epoch']}")
-        return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"]
+        machines = state.get("machines") or [["not recorded", 1, state["epoch"]]]   # older checkpoints
+        return state["epoch"] + 1, state["best"], state["history"], state["train_seconds"], machines
 
     #: settings a resumed run may change: how long it trains and how it reports, not what one step does
     #: (``epochs`` only under a constant rate: a cosine schedule's rate depends on it)
@@ -476,7 +480,8 @@ class Trainer:
 
     def _fit(self) -> TrainResult:
         cfg = self.config
-        start, best, history, train_seconds = self._resume()
+        start, best, history, train_seconds, machines = self._resume()
+        here = hardware_description(self.device)
         reason = "patience" if best["bad"] >= cfg.patience else "epochs"
         if reason == "epochs" and history and cfg.time_budget is not None and train_seconds >= cfg.time_budget:
             reason = "time-budget"   # resumed after the budget was spent: finished, train no further epoch
@@ -511,12 +516,16 @@ class Trainer:
                 if best["bad"] >= cfg.patience:
                     stopped_early, reason = True, "patience"
             history.append(row)
+            if machines and machines[-1][0] == here:
+                machines[-1][2] = epoch
+            else:
+                machines.append([here, epoch, epoch])
             if not stopped_early and out_of_time:
                 stopped_early, reason = True, "time-budget"
             if not stopped_early and epoch < cfg.epochs and cfg.deadline is not None and time.time() >= cfg.deadline:
                 stopped_early, reason = True, "deadline"
             if cfg.checkpoint:
-                save_checkpoint(cfg.checkpoint, self._state(epoch, best, history, train_seconds))
+                save_checkpoint(cfg.checkpoint, self._state(epoch, best, history, train_seconds, machines))
             if stopped_early:
                 break
         if best["state"] is not None:
@@ -524,4 +533,4 @@ class Trainer:
         epochs_run = len(history)
         return TrainResult(best_epoch=best["epoch"], best_valid=best["valid"], epochs_run=epochs_run,
                            train_seconds=train_seconds, history=history, stopped_early=stopped_early,
-                           stop_reason=reason)
+                           stop_reason=reason, machines=machines)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 
@@ -54,3 +55,29 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def hardware_description(device: torch.device) -> str:
+    """E.g. ``"cpu: Intel Xeon ... x2 threads"`` or ``"cuda: NVIDIA H100"``."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{device.type}: {cpu} x{torch.get_num_threads()} threads"
+
+
+def describe_machines(machines: list[list]) -> str:
+    """Where a run trained, from :attr:`~tutorial_lib.training.TrainResult.machines` (``[description, first epoch,
+    last epoch]`` per stretch of epochs on one machine): ``"cuda: NVIDIA H200 (epochs 1-174); cpu: AMD EPYC x1
+    threads (epochs 175-180)"`` when a resumed run moved, the one description when it never did, ``""`` for none."""
+    if len({name for name, _, _ in machines}) <= 1:
+        return machines[0][0] if machines else ""
+    return "; ".join(f"{name} (epoch {first})" if first == last else f"{name} (epochs {first}-{last})"
+                     for name, first, last in machines)
