@@ -250,7 +250,8 @@ class ExperimentResult:
             "seconds_per_epoch": round(self.train.seconds_per_epoch, 2),
             "device": self.device.type, "torch": torch.__version__, "commit": self.commit or process_commit(), "command": command,
             "date": now_iso(), "valid_ndcg@10": self.valid.get("ndcg@10", float("nan")),
-            "max_len": s.resolved_max_len(), "hardware": describe_machines(self.train.machines) or hardware_description(self.device),
+            "max_len": s.resolved_max_len(),
+            "hardware": describe_machines(self.train.machines) or hardware_description(self.device),
             "options": options_text(s.resolved_model_options()),
             "training": training, "stopped": self.train.stop_reason, "run_id": s.run_id(),
         }
