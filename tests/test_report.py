@@ -1,6 +1,8 @@
 """README's results section is generated from results/runs.csv and must match it."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tutorial_lib.experiments import report
@@ -189,6 +191,26 @@ def test_benchmark_hardware_names_the_machines_the_counted_runs_trained_on(tmp_p
     append_run({**ROW, "dataset": "synthetic", "hardware": "cpu: Laptop x1 threads", "run_id": "e"}, path)
     hardware = report.benchmark_hardware(report.latest_runs(report.read_runs(path)))
     assert hardware == "AMD EPYC, 1 thread: 2 runs; Intel Xeon, 2 threads: 1 run; not recorded: 1 run"
+
+
+def test_a_run_that_moved_machines_before_rows_said_so_is_read_with_every_machine(tmp_path):
+    """MOVED_RUNS replaces the hardware of exactly those runs, and agrees with their committed curves: each
+    stretch covers its epochs in order, GPU epochs took seconds and CPU epochs over a minute."""
+    path = tmp_path / "runs.csv"
+    moved = next(iter(report.MOVED_RUNS))
+    append_run({**ROW, "hardware": "cpu: AMD EPYC x1 threads", "run_id": moved}, path)
+    append_run({**ROW, "seed": 2, "hardware": "cpu: AMD EPYC x1 threads", "run_id": "other"}, path)
+    read = {r["run_id"]: r["hardware"] for r in report.latest_runs(report.read_runs(path))}
+    assert read == {moved: report.MOVED_RUNS[moved], "other": "cpu: AMD EPYC x1 threads"}
+    for run_id, machines in report.MOVED_RUNS.items():
+        (curve,) = (project_root() / "results" / "curves").glob(f"*_{run_id}.csv")
+        seconds = [float(line.split(",")[2]) for line in curve.read_text().splitlines()[1:]]
+        stretches = re.findall(r"(\w+): [^;]*\(epochs (\d+)-(\d+)\)", machines)
+        assert [int(first) for _, first, _ in stretches] == [1] + [int(last) + 1 for _, _, last in stretches[:-1]]
+        assert int(stretches[-1][2]) == len(seconds)
+        for device, first, last in stretches:
+            epoch_seconds = seconds[int(first) - 1:int(last)]
+            assert max(epoch_seconds) < 10 if device == "cuda" else min(epoch_seconds) > 60, (run_id, device)
 
 
 def test_model_options_other_than_the_presets_name_their_own_configuration_and_reach_the_paper_s_cells(tmp_path):

@@ -55,6 +55,16 @@ DEMO_DATASET = "synthetic"
 #: so a rerun's rows go to a file of their own.)
 RERUNS = Path("ablations") / "validation_negatives.csv"
 
+#: runs that moved between machines before their rows could say so (since 2026-11-30 the trainer records every
+#: machine a run trained on): run id -> where its epochs ran, read off its curve's seconds per epoch (about 4 on
+#: the GPU, 95-135 on the CPU; results/benchmarks/gpu_checks_h200.md). The tables read this instead of the row's
+#: ``hardware``, which names the last machine only; the rows themselves stay as the runner wrote them.
+MOVED_RUNS = {
+    "6d0412384d82": "cuda: NVIDIA H200 (epochs 1-174); cpu: AMD EPYC x1 threads (epochs 175-180)",
+    "74b89a979abc": "cuda: NVIDIA H200 (epochs 1-174); cpu: AMD EPYC x1 threads (epochs 175-180)",
+    "2e877c435365": "cuda: NVIDIA H200 (epochs 1-175); cpu: AMD EPYC x1 threads (epochs 176-180)",
+}
+
 
 def reported_rows(path: Path | None = None) -> list[dict[str, str]]:
     """The rows of the results file that the documents report: every row except those on the synthetic data, so
@@ -67,7 +77,8 @@ def reported_rows(path: Path | None = None) -> list[dict[str, str]]:
 
 
 def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
-    """One row per run (the latest for a ``run_id``), with numbers parsed."""
+    """One row per run (the latest for a ``run_id``), with numbers parsed and the machines of a
+    :data:`MOVED_RUNS` run in its ``hardware``."""
     keep: dict[tuple, dict] = {}
     for i, r in enumerate(rows):
         key = (r.get("run_id") or f"legacy-{i}", r.get("protocol"))  # one trained model may be ranked several ways
@@ -75,6 +86,8 @@ def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
     out = []
     for r in keep.values():
         parsed = dict(r)
+        if r.get("run_id") in MOVED_RUNS:
+            parsed["hardware"] = MOVED_RUNS[r["run_id"]]
         for k in (*METRICS, "seconds_per_epoch", "train_seconds", "valid_ndcg@10"):
             try:
                 parsed[k] = float(r[k]) if r.get(k) not in (None, "") else math.nan
