@@ -55,14 +55,19 @@ DEMO_DATASET = "synthetic"
 #: so a rerun's rows go to a file of their own.)
 RERUNS = Path("ablations") / "validation_negatives.csv"
 
-#: runs that moved between machines before their rows could say so (since 2026-11-30 the trainer records every
-#: machine a run trained on): run id -> where its epochs ran, read off its curve's seconds per epoch (about 4 on
-#: the GPU, 95-135 on the CPU; results/benchmarks/gpu_checks_h200.md). The tables read this instead of the row's
-#: ``hardware``, which names the last machine only; the rows themselves stay as the runner wrote them.
-MOVED_RUNS = {
+#: rows whose ``hardware`` the runner could not write right: run id -> where the run's epochs ran. The tables read
+#: this instead of the row's ``hardware``; the rows themselves stay as the runner wrote them.
+HARDWARE_CORRECTIONS = {
+    # FPARec at max length 500 on ML-1M moved from a GPU to this CPU before rows could name both (since 2026-11-30
+    # the trainer records every machine); read off the curves' seconds per epoch (about 4 on the GPU, 95-135 on
+    # the CPU; results/benchmarks/gpu_checks_h200.md)
     "6d0412384d82": "cuda: NVIDIA H200 (epochs 1-174); cpu: AMD EPYC x1 threads (epochs 175-180)",
     "74b89a979abc": "cuda: NVIDIA H200 (epochs 1-174); cpu: AMD EPYC x1 threads (epochs 175-180)",
     "2e877c435365": "cuda: NVIDIA H200 (epochs 1-175); cpu: AMD EPYC x1 threads (epochs 176-180)",
+    # seed 44 on Sports, PARec and Win: started and resumed on this CPU (one thread) from checkpoints written before
+    # checkpoints recorded their machine, so the rows call the first epochs "not recorded"
+    "c7b4210d5ef7": "cpu: AMD EPYC x1 threads",
+    "33400aa821c0": "cpu: AMD EPYC x1 threads",
 }
 
 
@@ -77,8 +82,8 @@ def reported_rows(path: Path | None = None) -> list[dict[str, str]]:
 
 
 def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
-    """One row per run (the latest for a ``run_id``), with numbers parsed and the machines of a
-    :data:`MOVED_RUNS` run in its ``hardware``."""
+    """One row per run (the latest for a ``run_id``), with numbers parsed and the corrected ``hardware`` of a
+    :data:`HARDWARE_CORRECTIONS` run."""
     keep: dict[tuple, dict] = {}
     for i, r in enumerate(rows):
         key = (r.get("run_id") or f"legacy-{i}", r.get("protocol"))  # one trained model may be ranked several ways
@@ -86,8 +91,8 @@ def latest_runs(rows: list[dict[str, str]]) -> list[dict]:
     out = []
     for r in keep.values():
         parsed = dict(r)
-        if r.get("run_id") in MOVED_RUNS:
-            parsed["hardware"] = MOVED_RUNS[r["run_id"]]
+        if r.get("run_id") in HARDWARE_CORRECTIONS:
+            parsed["hardware"] = HARDWARE_CORRECTIONS[r["run_id"]]
         for k in (*METRICS, "seconds_per_epoch", "train_seconds", "valid_ndcg@10"):
             try:
                 parsed[k] = float(r[k]) if r.get(k) not in (None, "") else math.nan
