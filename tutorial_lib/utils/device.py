@@ -1,4 +1,5 @@
-"""Pick the compute device: CUDA, then Apple MPS, then CPU (or what ``$SEQREC_DEVICE`` says)."""
+"""Pick the compute device: CUDA, then Apple MPS, then CPU (or what ``$SEQREC_DEVICE`` says); describe the hardware
+a run trained on, for its results row."""
 from __future__ import annotations
 
 import os
