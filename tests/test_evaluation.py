@@ -321,6 +321,17 @@ def test_protocol_validation():
         EvalProtocol(n_negatives=0)
 
 
+def test_a_model_that_is_not_a_module_gets_a_clear_error(split):
+    class Plain:  # what a learner might write from "the evaluator needs score_next"
+        def score_next(self, item_ids):
+            return torch.zeros(len(item_ids), N_ITEMS + 1)
+
+    with pytest.raises(TypeError, match="torch.nn.Module.*score_next.*got Plain"):
+        Evaluator(split, MAX_LEN).evaluate(Plain(), "test")
+    with pytest.raises(TypeError, match="score_next.*got Linear"):
+        Evaluator(split, MAX_LEN).ranks(nn.Linear(2, 2), "valid")
+
+
 def test_batch_scores_leaves_the_callers_grad_mode_alone(split):
     model = TableModel(N_ITEMS)
     evaluator = Evaluator(split, MAX_LEN, batch_size=8)

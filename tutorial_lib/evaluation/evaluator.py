@@ -130,6 +130,10 @@ class Evaluator:
         them in place must run in ``torch.inference_mode()`` too). The model is in evaluation mode until the
         generator is exhausted.
         """
+        if not isinstance(model, nn.Module) or not callable(getattr(model, "score_next", None)):
+            raise TypeError(f"the evaluator ranks with a torch.nn.Module that has a score_next(item_ids) method, got "
+                            f"{type(model).__name__}: subclass torch.nn.Module (call super().__init__() first) and "
+                            f"give it score_next(item_ids) -> (B, n_items + 1) scores, as PopularityRecommender does")
         data = self.stage_data(stage)
         dev = resolve_device(device) if device is not None else model_device(model)
         was_training = model.training
