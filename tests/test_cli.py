@@ -129,6 +129,15 @@ def test_a_results_file_that_is_not_one_fails_before_training(tmp_path, capsys, 
     assert (tmp_path / "runs.csv").read_bytes() == content and not (tmp_path / "ckpt.pt").exists()
 
 
+def test_an_empty_results_file_is_one_with_no_rows(tmp_path, capsys):
+    """`touch runs.csv` then train: it used to fail with 'I/O operation on closed file' (the header was read after
+    the file was closed); now it is read as no rows and the run writes the header and its row."""
+    (tmp_path / "runs.csv").write_bytes(b"")
+    assert read_runs(tmp_path / "runs.csv") == []
+    assert train(tmp_path) == 0
+    assert [row["model"] for row in read_runs(tmp_path / "runs.csv")] == ["sasrec"]
+
+
 def _video_folder(root: Path, lines: list[str]) -> Path:
     (root / "Video").mkdir(parents=True)
     (root / "Video" / "Video.txt").write_text("\n".join(lines) + "\n")

@@ -163,10 +163,11 @@ def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             rows = list(reader)
+            columns = reader.fieldnames or []   # read while the file is open: an empty file has none
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path} is not a results file: not UTF-8 text (byte {exc.start}); name another "
                           f"--results file, or delete this one") from None
-    _check_known_columns(path, reader.fieldnames or [])
+    _check_known_columns(path, columns)
     return rows
 
 
