@@ -598,3 +598,68 @@ def test_the_variant_table_says_how_long_each_row_trained(tmp_path):
                                         {"seed": 42, "training": "epochs=300 batch_size=32"}]}) == \
         "300 epochs at batch 32 (ml-1m seed 42); 180 epochs at batch 32 (ml-1m seed 43)"
     assert report.row_budget({"ml-1m": [{"seed": 42, "training": ""}]}) == "budget not recorded"
+
+
+def _readme(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# mine\n\n{report.START}\nold tables\n{report.END}\n")
+    return readme
+
+
+def test_report_prints_the_tables_of_a_results_file_it_is_given(tmp_path, capsys):
+    path = tmp_path / "my_runs.csv"
+    append_run({**ROW, "run_id": "a", "ndcg@10": 0.1234}, path)
+    assert report.main(["--results", str(path)]) == 0
+    assert "0.1234" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", ["missing", "folder"])
+def test_report_refuses_a_results_file_that_is_not_there_and_empties_no_table(tmp_path, capsys, monkeypatch, case):
+    """`--write` without the project's results file used to exit 0 and replace README's tables with 'No full runs
+    recorded yet'."""
+    readme, path = _readme(tmp_path), tmp_path / "results" / "runs.csv"
+    if case == "folder":
+        path.mkdir(parents=True)
+    monkeypatch.setattr(report, "default_results_path", lambda: path)
+    before = readme.read_text()
+    with pytest.raises(SystemExit) as stop:
+        report.main(["--write", "--readme", str(readme), "--results-readme", str(tmp_path / "results.md")])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and ("does not exist" if case == "missing" else "is a folder") in err
+    assert readme.read_text() == before and not (tmp_path / "results.md").exists()
+
+
+@pytest.mark.parametrize("mode", ["--write", "--check"])
+def test_report_builds_the_projects_documents_only_from_the_projects_results(tmp_path, capsys, mode):
+    readme, path = _readme(tmp_path), tmp_path / "my_runs.csv"
+    append_run({**ROW, "run_id": "a"}, path)
+    before = readme.read_text()
+    with pytest.raises(SystemExit) as stop:
+        report.main([mode, "--results", str(path), "--readme", str(readme)])
+    assert stop.value.code == 2 and "--results only prints" in capsys.readouterr().err
+    assert readme.read_text() == before
+
+
+@pytest.mark.parametrize("content, message", [
+    ("model,dataset\nsasrec,ml-1m\n", "has no protocol, loss, seed, ndcg@10, hr@10 column"),
+    ("hello world\n", "columns this version does not know"),
+])
+def test_report_names_what_is_wrong_with_a_results_file_in_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "runs.csv"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as stop:
+        report.main(["--results", str(path)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_row_with_too_few_or_too_many_fields_is_named_by_its_line(tmp_path):
+    path = tmp_path / "runs.csv"
+    append_run({**ROW, "run_id": "a"}, path)
+    good = path.read_text()
+    for bad in ("sasrec,ml-1m,full,ce,1\n", good.splitlines()[1] + ",extra\n"):
+        path.write_text(good + bad)
+        with pytest.raises(report.ConfigError, match=r"runs.csv, line 3: .* columns in the header"):
+            report.read_runs(path)

@@ -3,6 +3,7 @@
     python -m tutorial_lib.experiments.report            # print README's section
     python -m tutorial_lib.experiments.report --write    # rewrite README's section and results/README.md
     python -m tutorial_lib.experiments.report --check    # exit 1 when either is stale (a test runs this)
+    python -m tutorial_lib.experiments.report --results my_runs.csv   # the tables of another results file
 
 * **Main table**: the headline protocol (full ranking, history kept, all users; CE unless the
   model name says otherwise), mean ± std over seeds of test NDCG@10 and HR@10 per method and dataset,
@@ -28,6 +29,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..models.registry import get_model_entry
 from ..utils.io import atomic_write_text
 from .published import PUBLISHED, Published, published
@@ -1051,6 +1053,19 @@ def replace_section(text: str, section: str) -> str:
     return head + section + tail
 
 
+#: the columns every table reads
+REPORTED_COLUMNS = ("model", "dataset", "protocol", "loss", "seed", "ndcg@10", "hr@10")
+
+
+def _check_reportable(path: Path) -> None:
+    """Raise :class:`ConfigError` when the results file's rows lack a column the tables read."""
+    rows = read_runs(path)
+    missing = [c for c in REPORTED_COLUMNS if rows and c not in rows[0]]
+    if missing:
+        raise ConfigError(f"{path} has no {', '.join(missing)} column: the tables need it; name the results file "
+                          f"that `python -m tutorial_lib train` or `benchmark` wrote")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.experiments.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1064,16 +1079,31 @@ def main(argv: list[str] | None = None) -> int:
                         help="the README whose results section is generated (default: the project's README.md)")
     parser.add_argument("--results-readme", default=str(project_root() / "results" / "README.md"),
                         help="the generated file of every table (default: results/README.md)")
+    parser.add_argument("--results", help="print the tables of this results CSV (e.g. the file of `train --results "
+                                          "my_runs.csv`) instead of the project's results/runs.csv; not with "
+                                          "--write or --check, which always build from the project's file")
     args = parser.parse_args(argv)
+    if args.results is not None and (args.write or args.check):
+        parser.error("--results only prints another file's tables: the project's README and results/README.md "
+                     "are always built from results/runs.csv (drop --results, or --write/--check)")
     readme, results_readme = Path(args.readme), Path(args.results_readme)
+    results = Path(args.results) if args.results is not None else default_results_path()
+    if not results.is_file():
+        what = "is a folder" if results.is_dir() else "does not exist"
+        parser.error(f"--results {results} {what}: the tables are built from a results CSV, which `python -m "
+                     f"tutorial_lib train` and `benchmark` write (nothing was written, so no table was emptied)")
     if not readme.is_file():
         parser.error(f"--readme {readme}: no such file (the README whose results section this command writes)")
     if START not in readme.read_text() or END not in readme.read_text():
         parser.error(f"--readme {readme} has no {START} ... {END} markers: the results section goes between them")
     if results_readme.is_dir():
         parser.error(f"--results-readme {results_readme} is a folder; name the Markdown file to write")
-    section = render_section()
-    full = render_results_readme()
+    try:
+        _check_reportable(results)
+        section = render_section(results)
+        full = render_results_readme(results)
+    except ConfigError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     if args.check:
         stale = []
         if replace_section(readme.read_text(), section) != readme.read_text():

@@ -168,6 +168,11 @@ def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
         raise ConfigError(f"{path} is not a results file: not UTF-8 text (byte {exc.start}); name another "
                           f"--results file, or delete this one") from None
     _check_known_columns(path, columns)
+    for line, row in enumerate(rows, start=2):
+        if None in row or None in row.values():   # DictReader's marks of a row longer or shorter than the header
+            raise ConfigError(f"{path}, line {line}: {len(columns)} columns in the header but another number in "
+                              f"this row (edited by hand?); only the CLI and the benchmark runner write this file: "
+                              f"mend or delete the row, or name another --results file")
     return rows
 
 
