@@ -295,6 +295,30 @@ def test_text_for_a_number_option_is_refused_with_its_name():
         build_model("sasrec", N_ITEMS, MAX_LEN, d_model="abc")
 
 
+@pytest.mark.parametrize("options, message", [
+    ({"d_model": 64.5}, "option 'd_model' of model 'sasrec' expects a number, a whole one .*got 64.5"),
+    ({"d_model": 1e3}, "got 1000.0: write d_model=1000"),
+    ({"n_layers": True}, "'n_layers' .* a whole one"),
+    ({"ffn_dim": float("inf")}, "'ffn_dim' .* a whole one"),
+    ({"dropout": float("nan")}, "'dropout' .* a finite one"),
+    ({"attn_dropout": 2.0}, "'attn_dropout' .* dropout probability: it must be in \\[0, 1\\), got 2.0"),
+    ({"attn_dropout": -0.1}, "must be in \\[0, 1\\)"),
+    ({"tie_embeddings": 1}, "is true or false"),
+])
+def test_a_value_of_the_wrong_type_is_refused_with_the_options_name(options, message):
+    """A float where a whole number goes used to fail inside torch (`empty(): ... got float`), and attn_dropout=2 at
+    the first forward pass."""
+    with pytest.raises(ConfigError, match=message):
+        build_model("sasrec", N_ITEMS, MAX_LEN, **options)
+
+
+def test_sizes_must_be_whole_numbers_but_numpy_integers_are_fine():
+    with pytest.raises(ConfigError, match="'n_items' .* a whole one, got 2.5"):
+        build_model("sasrec", 2.5, MAX_LEN)
+    model = build_model("fparec", np.int64(N_ITEMS), np.int64(MAX_LEN), k=np.int32(4), d_model=np.int64(16))
+    assert model.max_len == MAX_LEN and build_model("sasrec", N_ITEMS, MAX_LEN, ffn_dim=None, attn_dropout=None)
+
+
 def test_sasrec_bad_settings():
     with pytest.raises(ConfigError, match="divisible"):
         build_model("sasrec", N_ITEMS, MAX_LEN, d_model=10, n_heads=3)

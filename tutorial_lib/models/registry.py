@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +25,12 @@ class ModelEntry:
         """Keyword options of the builder with their defaults (besides n_items and max_len)."""
         sig = inspect.signature(self.builder)
         return {k: p.default for k, p in sig.parameters.items() if k not in ("n_items", "max_len")}
+
+    def option_kinds(self) -> dict[str, str]:
+        """Each keyword option's type from the builder's annotation: ``"int"``, ``"float"``, ``"bool"`` or ``"str"``,
+        with ``" | None"`` kept where None is allowed (``"int | None"``)."""
+        sig = inspect.signature(self.builder)
+        return {k: str(p.annotation) for k, p in sig.parameters.items() if k not in ("n_items", "max_len")}
 
     def preset_of(self) -> tuple[str, dict[str, object]]:
         """The base model and the options that turn it into this one: ``("rksa", {"kernels": "c"})`` for
@@ -56,6 +64,28 @@ def get_model_entry(name: str) -> ModelEntry:
     return MODELS[key]
 
 
+def _check_option_value(model: str, key: str, value: object, kind: str, default: object) -> None:
+    """Raise :class:`ConfigError` when ``value`` does not fit the option's annotated type, before the builder turns a
+    wrong value into a deep torch error (``d_model=64.5``: ``empty(): ... got float``) or a failure at the first
+    forward pass (``attn_dropout=2``)."""
+    if value is None and kind.endswith("| None"):
+        return
+    base = kind.split("|")[0].strip()
+    where = f"option {key!r} of model {model!r}"
+    fix = f" (default {default!r})" if default is not None else ""
+    if base == "bool" and not isinstance(value, bool):    # 'maybe' or 0 would pass as truthy/falsy
+        raise ConfigError(f"{where} is true or false{fix}, got {value!r}: write {key}=true or {key}=false")
+    if base == "int" and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+        whole = isinstance(value, float) and value.is_integer()
+        raise ConfigError(f"{where} expects a number, a whole one{fix}, got {value!r}"
+                          + (f": write {key}={int(value)}" if whole else ""))
+    if base == "float":
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ConfigError(f"{where} expects a number, a finite one{fix}, got {value!r}")
+        if key.endswith("dropout") and not 0.0 <= value < 1.0:
+            raise ConfigError(f"{where} is a dropout probability: it must be in [0, 1), got {value!r}")
+
+
 def model_names() -> list[str]:
     return sorted(MODELS)
 
@@ -72,14 +102,9 @@ def build_model(name: str, n_items: int, max_len: int, n_users: int | None = Non
     if unknown:
         hints = "".join(did_you_mean(k, valid) for k in unknown)
         raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}{hints}; valid options: {sorted(valid)}")
-    for key, value in options.items():   # a number option given text (`--option d_model=abc`) fails deep inside
-        default = valid[key]
-        if isinstance(default, (int, float)) and not isinstance(default, bool) and isinstance(value, str):
-            raise ConfigError(f"option {key!r} of model {entry.name!r} expects a number (default {default!r}), "
-                              f"got {value!r}")
-        if isinstance(default, bool) and not isinstance(value, bool):    # 'maybe' or 0 would pass as truthy/falsy
-            raise ConfigError(f"option {key!r} of model {entry.name!r} is true or false (default {default!r}), "
-                              f"got {value!r}: write {key}=true or {key}=false")
+    kinds = entry.option_kinds()
+    for key, value in {"n_items": n_items, "max_len": max_len, **options}.items():
+        _check_option_value(entry.name, key, value, kinds.get(key, "int"), valid.get(key))
     recipe = {"model": entry.name, "n_items": n_items, "max_len": max_len,
               "options": dict(sorted({**valid, **options}.items()))}     # every option, defaults included
     if "n_users" in valid and n_users is not None:
