@@ -245,3 +245,15 @@ def test_ml100k_preprocessing(tmp_path):
     assert old[ds.sequences[1]].tolist() == [5, 4, 3, 2, 1]  # user 2 rated in reverse file order
     assert ds.item_titles[3] == "Misérables, Les (1995)" and ds.item_titles[0] == "<pad>"
     assert ds.meta["k_core"] == 5 and ds.meta["sha256_verified"] is False
+
+
+def test_an_ml1m_file_with_other_statistics_is_named_in_a_warning(tmp_path):
+    """ML-1M has no published checksum, so its statistics are the only check: a partial or other file used to
+    load silently and its runs were recorded as ML-1M results."""
+    folder = tmp_path / "ml-1m"
+    folder.mkdir()
+    (folder / "ml-1m.txt").write_text("".join(f"{u} {i}\n" for u in range(1, 7) for i in range(1, 7)))
+    with pytest.warns(UserWarning, match=r"ml-1m.txt has 6 users, 6 items and 36 interactions; the registry's "
+                                         r"'ml-1m' file has 6,040, 3,416 and 999,611: a different or partial"):
+        ds = load_dataset("ml-1m", root=tmp_path)
+    assert ds.meta["file_stats_match_registry"] is False and ds.meta["sha256_verified"] is None

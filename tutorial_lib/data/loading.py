@@ -131,6 +131,14 @@ def _build(spec: DatasetSpec, folder: Path) -> SequenceDataset:
     meta["file_stats_match_registry"] = stats_match(published, spec)
     meta["checksums"] = _checksums(spec, folder)
     meta["sha256_verified"] = meta["checksums"][spec.main_file.filename]["verified"]
+    if spec.verify_by_stats and not meta["file_stats_match_registry"]:
+        # no published checksum (ml-1m): the statistics are the only check that this is the papers' file
+        want = spec.file_stats
+        warnings.warn(f"{folder / spec.main_file.filename} has {published.users:,} users, {published.items:,} items "
+                      f"and {published.interactions:,} interactions; the registry's {spec.name!r} file has "
+                      f"{want.users:,}, {want.items:,} and {want.interactions:,}: a different or partial version "
+                      f"(results will not compare with the papers; `python -m tutorial_lib datasets --download "
+                      f"{spec.name}` fetches the registered one)", stacklevel=3)
     titles = _titles(spec, folder, old_ids, n_items)
     return SequenceDataset(spec.name, seqs, n_items, item_titles=titles, meta=meta)
 
