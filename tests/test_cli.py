@@ -381,6 +381,8 @@ def test_argparse_rejects_unknown_loss(capsys):
     (["--mask-prob", "0.3"], "none is in the plan"),
     (["--eval-users", "0"], "max_users is --eval-users"),
     (["--precision", "fp16", "--device", "cpu"], "fp16"),
+    (["--time-budget", "-1"], "must be >= 0, got -1.0"),          # the real run refused it, --dry-run did not
+    (["--time-budget", "nan"], "must be >= 0, got nan"),          # was taken as no budget at all
 ])
 def test_benchmark_rejects_bad_plans_before_running_anything(tmp_path, capsys, argv, message):
     base = {"--models": ["sasrec", "fparec"], "--seeds": ["0"]}
@@ -393,6 +395,22 @@ def test_benchmark_rejects_bad_plans_before_running_anything(tmp_path, capsys, a
     err = capsys.readouterr().err
     assert message in err
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_benchmark_names_an_output_path_that_cannot_be_one(tmp_path, capsys):
+    folder, file = tmp_path / "a_folder", tmp_path / "a_file"
+    folder.mkdir()
+    file.write_text("x")
+    plan = ["benchmark", "--datasets", "synthetic", "--models", "sasrec", "--seeds", "0", "--dry-run"]
+    assert main([*plan, "--results", str(folder)]) == 2
+    assert f"{folder} is a folder; name the results CSV file" in capsys.readouterr().err
+    assert main([*plan, "--results", str(tmp_path / "r.csv"), "--runs-dir", str(file)]) == 2
+    assert f"--runs-dir {file}" in capsys.readouterr().err
+
+
+def test_train_refuses_a_time_budget_that_is_not_a_number_of_seconds(tmp_path, capsys):
+    assert train(tmp_path, "--time-budget", "nan") == 2
+    assert "time_budget (seconds of training) must be >= 0, got nan" in capsys.readouterr().err
 
 
 def test_an_interrupted_benchmark_is_told_how_to_continue(monkeypatch, capsys):

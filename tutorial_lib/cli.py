@@ -251,7 +251,8 @@ def pin_commit() -> str:
 
 
 def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
-    from .experiments.benchmark import parse_datasets, parse_models, plan, run_benchmark, status, summary
+    from .experiments.benchmark import (check_time_budget, parse_datasets, parse_models, plan, run_benchmark, status,
+                                        summary)
     from .experiments.results import default_results_path
     from .experiments.run import ExperimentSpec
 
@@ -269,6 +270,10 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
     results = Path(args.results) if args.results else default_results_path()
     checkpoints = runs_dir(args) / "benchmark"
+    check_time_budget(args.time_budget)      # what the real run would refuse, --dry-run refuses too
+    if checkpoints.exists() and not checkpoints.is_dir() or runs_dir(args).is_file():
+        raise ConfigError(f"--runs-dir {runs_dir(args)}: {checkpoints} must be a folder (the runs' checkpoints go "
+                          f"there); choose another --runs-dir")
     if args.dry_run:
         print(summary(status(specs, results, checkpoints)))
         return 0

@@ -313,6 +313,13 @@ def claim_run(checkpoint: Path) -> HeldLock | None:
     return try_hold(lock_path(checkpoint))
 
 
+def check_time_budget(time_budget: float | None) -> None:
+    """:class:`ConfigError` unless ``time_budget`` is None or a number of seconds >= 0 (NaN is not one)."""
+    if time_budget is not None and not time_budget >= 0:
+        raise ConfigError(f"time_budget (seconds of wall-clock time for the whole invocation) must be >= 0, "
+                          f"got {time_budget}")
+
+
 def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: float | None = None,
                   results: Path | None = None, checkpoints: Path | None = None,
                   log: Callable[[str], None] = print) -> list[RunStatus]:
@@ -323,9 +330,7 @@ def run_benchmark(specs: Sequence[ExperimentSpec], command: str, time_budget: fl
     finished is read from ``results`` just before it would start, so two invocations whose plans overlap (one
     running the SASRec half of the other's plan, say) never train the same finished run twice.
     """
-    if time_budget is not None and time_budget < 0:
-        raise ConfigError(f"time_budget (seconds of wall-clock time for the whole invocation) must be >= 0, "
-                          f"got {time_budget}")
+    check_time_budget(time_budget)
     results = Path(results) if results is not None else default_results_path()
     checkpoints = Path(checkpoints) if checkpoints is not None else project_root() / "runs" / "benchmark"
     absent = datasets_without_data(status(specs, results, checkpoints, progress=False))

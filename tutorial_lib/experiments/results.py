@@ -159,6 +159,8 @@ def read_runs(path: str | Path | None = None) -> list[dict[str, str]]:
     path = Path(path) if path is not None else default_results_path()
     if not path.exists():
         return []
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; name the results CSV file (--results FILE)")
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)

@@ -155,7 +155,7 @@ class TrainConfig:
             raise ConfigError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if self.window_sampling not in WINDOW_SAMPLINGS:
             raise ConfigError(f"window_sampling must be one of {WINDOW_SAMPLINGS}, got {self.window_sampling!r}")
-        if self.time_budget is not None and self.time_budget < 0:
+        if self.time_budget is not None and not self.time_budget >= 0:    # NaN too: it would never stop the run
             raise ConfigError(f"time_budget (seconds of training) must be >= 0, got {self.time_budget}")
         if self.n_negatives is not None and self.n_negatives < 1:
             raise ConfigError(f"n_negatives must be >= 1, got {self.n_negatives}")
