@@ -226,6 +226,14 @@ def test_a_model_or_dataset_listed_twice_is_refused():
         bm.parse_datasets(["ml-1m", "all"])
 
 
+def test_each_unknown_name_carries_its_own_hint_and_an_empty_loss_is_refused():
+    with pytest.raises(ConfigError, match=r"unknown dataset\(s\): 'ml1m' \(did you mean 'ml-1m'\?\), 'beuty' "
+                                          r"\(did you mean 'beauty'\?\);"):
+        bm.parse_datasets(["ml1m", "beuty"])
+    with pytest.raises(ConfigError, match="--models sasrec@: name the loss after the @"):   # was the default loss
+        bm.parse_models(["sasrec@"], "ce")
+
+
 def test_the_plan_checks_the_device_and_precision():
     with pytest.raises(ConfigError, match="fp16"):
         bm.plan([("sasrec", "ce")], ["synthetic"], [0], ExperimentSpec(precision="fp16", device="cpu"))

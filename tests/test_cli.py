@@ -476,12 +476,18 @@ def test_the_renamed_parameters_are_real_flags():
         assert set(FLAG_OF_PARAMETER.values()) <= flags, command
 
 
+def test_no_command_prints_the_help(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and all(command in out for command in ("train", "benchmark", "datasets"))
+
+
 @pytest.mark.parametrize("argv, hint", [
     (["--model", "sasrc"], "unknown model 'sasrc' (did you mean 'sasrec'?)"),
     (["--dataset", "ml1m"], "unknown dataset 'ml1m' (did you mean 'ml-1m'?)"),
     (["--dataset", "movielens"], "unknown dataset 'movielens' (did you mean 'ml-1m' or 'ml-100k'?)"),
     (["--dataset", "Video_Games"], "unknown dataset 'Video_Games' (did you mean 'video'?)"),
-    (["--option", "dropot=0.1"], "no option(s) ['dropot'] (did you mean 'dropout'?)"),
+    (["--option", "dropot=0.1"], "no option(s): 'dropot' (did you mean 'dropout'?)"),
 ])
 def test_a_misspelt_name_gets_a_suggestion(tmp_path, capsys, argv, hint):
     assert main(["train", "--epochs", "1", "--quiet", "--no-results", "--checkpoint", str(tmp_path / "c.pt"),

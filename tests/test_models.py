@@ -357,9 +357,9 @@ def test_a_true_or_false_option_takes_only_true_or_false(value):
         build_model("sasrec", N_ITEMS, MAX_LEN, tie_embeddings=value)
 
 
-def test_a_misspelt_option_gets_a_suggestion():
-    with pytest.raises(ConfigError, match=r"\['dropot'\] \(did you mean 'dropout'\?\)"):
-        build_model("sasrec", N_ITEMS, MAX_LEN, dropot=0.1)
+def test_a_misspelt_option_gets_a_suggestion_beside_its_name():
+    with pytest.raises(ConfigError, match=r"no option\(s\): 'dropot' \(did you mean 'dropout'\?\), 'zzz';"):
+        build_model("sasrec", N_ITEMS, MAX_LEN, dropot=0.1, zzz=1)
 
 
 def test_model_name_is_case_insensitive():

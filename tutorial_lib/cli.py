@@ -388,6 +388,9 @@ RESUME_HINTS = {
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if not argv:          # `python -m tutorial_lib` alone: what it can do, not "the following arguments are required"
+        parser.print_help()
+        return 0
     args, extras = parser.parse_known_args(argv)
     if extras:
         commands = subcommand_parsers(parser)

@@ -59,8 +59,11 @@ def parse_models(names: Sequence[str], default_loss: str) -> list[tuple[str, str
     _all_alone(names, "models")
     out = []
     for name in names:
-        model, _, loss = name.lower().partition("@")
+        model, at, loss = name.lower().partition("@")
         get_model_entry(model)  # unknown names raise, listing the valid ones
+        if at and not loss:
+            raise ConfigError(f"--models {name}: name the loss after the @ ({model}@bce, ...), or leave out the @ "
+                              f"for --loss")
         out.append((model, loss or default_loss))
     _once([f"{model}@{loss}" for model, loss in out], "model")
     return out
@@ -84,8 +87,8 @@ def parse_datasets(names: Sequence[str]) -> list[str]:
     if bad:
         from ..data.registry import dataset_titles
 
-        hints = "".join(did_you_mean(n, valid, dataset_titles()) for n in bad)
-        raise ConfigError(f"unknown dataset(s) {bad}{hints}; valid datasets are: {', '.join(sorted(valid))}")
+        named = ", ".join(f"{n!r}{did_you_mean(n, valid, dataset_titles())}" for n in bad)
+        raise ConfigError(f"unknown dataset(s): {named}; valid datasets are: {', '.join(sorted(valid))}")
     return _once([n.strip().lower() for n in names], "dataset")
 
 

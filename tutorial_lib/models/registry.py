@@ -100,8 +100,8 @@ def build_model(name: str, n_items: int, max_len: int, n_users: int | None = Non
     valid = entry.options()
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        hints = "".join(did_you_mean(k, valid) for k in unknown)
-        raise ConfigError(f"model {entry.name!r} has no option(s) {unknown}{hints}; valid options: {sorted(valid)}")
+        named = ", ".join(f"{k!r}{did_you_mean(k, valid)}" for k in unknown)
+        raise ConfigError(f"model {entry.name!r} has no option(s): {named}; valid options: {sorted(valid)}")
     kinds = entry.option_kinds()
     for key, value in {"n_items": n_items, "max_len": max_len, **options}.items():
         _check_option_value(entry.name, key, value, kinds.get(key, "int"), valid.get(key))
