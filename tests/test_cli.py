@@ -267,6 +267,7 @@ def test_max_len_too_small(tmp_path, monkeypatch, capsys, max_len):
     (["--model", "fparec", "--option", "k=500"], "rank k must be in 1..max_len"),
     (["--max-len", "1"], "max_len must be >= 2"),
     (["--seed", "-1"], "seed must be an integer >= 0"),                 # used to end in NumPy's traceback
+    (["--seed", str(2**64)], "below 2**64"),                            # and this in torch's, after the banner
 ])
 def test_impossible_settings_fail_before_the_run_is_announced(tmp_path, capsys, argv, message):
     """Nothing is loaded, printed as started or written to a checkpoint for a run that cannot start."""

@@ -131,9 +131,9 @@ class TrainConfig:
             raise ConfigError(f"unknown loss {self.loss!r}; valid losses are: {', '.join(LOSSES)}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0 (NumPy's generators take no negative seed), "
-                              f"got {self.seed!r}")
+        if not isinstance(self.seed, numbers.Integral) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
+            raise ConfigError(f"seed must be an integer >= 0 (NumPy's generators take no negative seed) and below "
+                              f"2**64 (torch's generator holds 64 bits), got {self.seed!r}")
         for name in ("epochs", "batch_size", "eval_every", "patience"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
