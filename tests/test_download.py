@@ -402,3 +402,24 @@ def test_download_failure_through_ensure_dataset(tmp_path, monkeypatch):
     with pytest.raises(DatasetUnavailableError) as info:
         ensure_dataset("gone", root=tmp_path / "data", download=True)
     assert str(tmp_path / "data" / "Gone") in str(info.value)
+
+
+def test_the_datasets_command_downloads_the_others_when_one_fails(tmp_path, monkeypatch, capsys):
+    """`datasets --download a b` used to stop at the first failure and never try the second."""
+    from tutorial_lib.cli import main
+
+    gone = FileSpec("gone.txt", ((tmp_path / "gone.txt").as_uri(),), "0" * 64)
+    _fake(monkeypatch, DatasetSpec("gone", "Gone", "Gone", (gone,), registry.USER_LINES, "none",
+                                   FileStats(1, 1, 1, 1.0, 1)))
+    src = tmp_path / "pub" / "tiny.txt"
+    src.parent.mkdir()
+    src.write_bytes(b"1 1 2 3\n2 2 3\n")
+    _fake(monkeypatch, DatasetSpec("tiny", "Tiny", "Tiny", (FileSpec("tiny.txt", (src.as_uri(),), sha256_of(src)),),
+                                   registry.USER_LINES, "none", FileStats(2, 3, 5, 2.5, 2)))
+    root = tmp_path / "data"
+    assert main(["datasets", "--data-dir", str(root), "--download", "gone", "tiny"]) == 2
+    out, err = capsys.readouterr()
+    assert (root / "Tiny" / "tiny.txt").read_bytes() == src.read_bytes() and "tiny: ready in" in out
+    assert "could not download gone.txt" in err and "not downloaded: gone" in err
+    assert main(["datasets", "--data-dir", str(root), "--download", "tiny", "nosuch"]) == 2   # names first
+    assert "unknown dataset 'nosuch'" in capsys.readouterr().err

@@ -287,12 +287,24 @@ def cmd_datasets(args: argparse.Namespace) -> int:
     from .data.download import ensure_dataset
     from .data.loading import dataset_status, format_dataset_table
     from .data.paths import data_dir
+    from .data.registry import get_spec
+    from .errors import ChecksumError, DatasetUnavailableError
 
-    for name in args.download or []:
-        folder = ensure_dataset(name, args.data_dir, download=True)
+    names = [get_spec(name).name for name in args.download or []]   # every name checked before any download
+    failed = []
+    for name in names:
+        try:
+            folder = ensure_dataset(name, args.data_dir, download=True)
+        except (DatasetUnavailableError, ChecksumError) as exc:    # the next dataset may still come
+            print(f"error: {exc}\n", file=sys.stderr)
+            failed.append(name)
+            continue
         print(f"{name}: ready in {folder}")
     print(f"data directory: {data_dir(args.data_dir)}")
     print(format_dataset_table(dataset_status(args.data_dir)))
+    if failed:
+        raise DatasetUnavailableError(f"not downloaded: {', '.join(failed)} (each one's message is above); the others "
+                                      f"of --download are ready")
     return 0
 
 
