@@ -269,11 +269,12 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
                           progress=_progress_bars(args), model_options=_model_options(args))
     specs = plan(parse_models(args.models, args.loss), parse_datasets(args.datasets), args.seeds, base)
     results = Path(args.results) if args.results else default_results_path()
-    checkpoints = runs_dir(args) / "benchmark"
+    runs = runs_dir(args)
+    checkpoints = runs / "benchmark"
     check_time_budget(args.time_budget)      # what the real run would refuse, --dry-run refuses too
-    if checkpoints.exists() and not checkpoints.is_dir() or runs_dir(args).is_file():
-        raise ConfigError(f"--runs-dir {runs_dir(args)}: {checkpoints} must be a folder (the runs' checkpoints go "
-                          f"there); choose another --runs-dir")
+    if runs.is_file() or checkpoints.exists() and not checkpoints.is_dir():
+        raise ConfigError(f"--runs-dir {runs}: {checkpoints} must be a folder (the runs' checkpoints go there); "
+                          f"choose another --runs-dir")
     if args.dry_run:
         print(summary(status(specs, results, checkpoints)))
         return 0

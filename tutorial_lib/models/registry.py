@@ -26,11 +26,10 @@ class ModelEntry:
         sig = inspect.signature(self.builder)
         return {k: p.default for k, p in sig.parameters.items() if k not in ("n_items", "max_len")}
 
-    def option_kinds(self) -> dict[str, str]:
-        """Each keyword option's type from the builder's annotation: ``"int"``, ``"float"``, ``"bool"`` or ``"str"``,
-        with ``" | None"`` kept where None is allowed (``"int | None"``)."""
-        sig = inspect.signature(self.builder)
-        return {k: str(p.annotation) for k, p in sig.parameters.items() if k not in ("n_items", "max_len")}
+    def parameter_kinds(self) -> dict[str, str]:
+        """Each builder parameter's annotated type (n_items and max_len included): ``"int"``, ``"float"``,
+        ``"bool"`` or ``"str"``, with ``" | None"`` where None is allowed (``"int | None"``)."""
+        return {k: str(p.annotation) for k, p in inspect.signature(self.builder).parameters.items()}
 
     def preset_of(self) -> tuple[str, dict[str, object]]:
         """The base model and the options that turn it into this one: ``("rksa", {"kernels": "c"})`` for
@@ -102,9 +101,9 @@ def build_model(name: str, n_items: int, max_len: int, n_users: int | None = Non
     if unknown:
         named = ", ".join(f"{k!r}{did_you_mean(k, valid)}" for k in unknown)
         raise ConfigError(f"model {entry.name!r} has no option(s): {named}; valid options: {sorted(valid)}")
-    kinds = entry.option_kinds()
+    kinds = entry.parameter_kinds()
     for key, value in {"n_items": n_items, "max_len": max_len, **options}.items():
-        _check_option_value(entry.name, key, value, kinds.get(key, "int"), valid.get(key))
+        _check_option_value(entry.name, key, value, kinds[key], valid.get(key))
     recipe = {"model": entry.name, "n_items": n_items, "max_len": max_len,
               "options": dict(sorted({**valid, **options}.items()))}     # every option, defaults included
     if "n_users" in valid and n_users is not None:

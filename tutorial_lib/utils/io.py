@@ -2,34 +2,35 @@
 from __future__ import annotations
 
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 
 
-def _permissions_for(path: Path) -> int:
-    """The mode a rewrite of ``path`` should have: the file's own when it exists, else what ``open()`` would give
-    a new file (0o666 less the umask). ``mkstemp`` alone would leave every rewritten file owner-only (0o600)."""
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+def _create_temporary(path: Path) -> tuple[int, str]:
+    """Open a new, unique temporary file beside ``path`` for writing; returns ``(fd, name)``. Created like
+    ``open(..., "w")`` creates a file (0o666 less the umask), not owner-only as ``tempfile.mkstemp`` would."""
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), str(tmp)
+        except FileExistsError:
+            continue
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file in the same folder, fsync it, then rename over ``path`` (which keeps
-    its permissions; a new file gets the usual ones)."""
+    """Write ``data`` to a temporary file in the same folder, fsync it, then rename over ``path``. A file that is
+    replaced keeps its permissions; a new one gets those of any new file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = _create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _permissions_for(path))
+        if path.exists():
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
