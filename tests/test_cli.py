@@ -477,6 +477,12 @@ def test_the_renamed_parameters_are_real_flags():
         assert set(FLAG_OF_PARAMETER.values()) <= flags, command
 
 
+def test_choices_are_case_insensitive_like_model_and_dataset_names():
+    args = build_parser().parse_args(["train", "--loss", "CE", "--precision", "BF16", "--protocol", "Full",
+                                      "--also-protocols", "SAMPLED100"])
+    assert (args.loss, args.precision, args.protocol, args.also_protocols) == ("ce", "bf16", "full", ["sampled100"])
+
+
 def test_no_command_prints_the_help(capsys):
     assert main([]) == 0
     out = capsys.readouterr().out

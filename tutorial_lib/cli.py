@@ -51,14 +51,14 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
     g.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
     g.add_argument("--lr-decay", type=int, default=None, metavar="N",
                    help="halve the learning rate after this many validations without improvement (default: constant)")
-    g.add_argument("--lr-schedule", default="constant", choices=["constant", "cosine"],
+    g.add_argument("--lr-schedule", default="constant", type=str.lower, choices=["constant", "cosine"],
                    help="constant (default) or cosine: the rate falls from --lr at the first epoch towards 0 at "
                         "the last of --epochs (not with --lr-decay)")
     g.add_argument("--eval-every", type=int, default=1, help="validate every this many epochs (default 1)")
     g.add_argument("--patience", type=int, default=10,
                    help="validations (not epochs) without improvement before early stopping (default 10; "
                         "with --eval-every 5 that is 50 epochs)")
-    g.add_argument("--windows", default="recent", choices=["recent", "random"],
+    g.add_argument("--windows", default="recent", type=str.lower, choices=["recent", "random"],
                    help="training window of a long history: its most recent items (default, as SASRec) or a "
                         "random window drawn anew every epoch (trains on the older items too)")
     g.add_argument("--device", default="auto",
@@ -66,7 +66,7 @@ def _add_training_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
     g.add_argument("--deterministic", action="store_true",
                    help="deterministic GPU kernels: two GPU runs with one seed give the same numbers (slower on a "
                         "GPU; a CPU run repeats exactly without it); not part of the run id, like --device")
-    g.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+    g.add_argument("--precision", default="fp32", type=str.lower, choices=["fp32", "bf16", "fp16"],
                    help="fp32 (default), or mixed precision: bf16 (autocast, CPU or GPU), fp16 (CUDA)")
     g.add_argument("--mask-prob", type=float, default=None,
                    help="share of items masked (cloze-trained models; default 0.2 on ML, 0.6 on sparse data)")
@@ -87,7 +87,7 @@ def _add_model_options(g: argparse._ArgumentGroup, benchmark: bool) -> None:
 def _add_protocol_option(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--eval-users", type=int, default=None,
                    help="evaluate a random subset of this many users, the same for every run (default: all users)")
-    g.add_argument("--protocol", default="full", choices=PROTOCOLS,
+    g.add_argument("--protocol", default="full", type=str.lower, choices=PROTOCOLS,
                    help="ranking for validation and the test row: full (all items, history kept; default), "
                         "full-nohist (the user's history removed) or sampled100 (against 100 sampled negatives)")
 
@@ -109,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = tr.add_argument_group("what to train")
     g.add_argument("--model", default="sasrec", help="registered model name (see `models`; default sasrec)")
     g.add_argument("--dataset", default="synthetic", help="registered dataset name or 'synthetic' (default)")
-    g.add_argument("--loss", default="ce", choices=LOSSES,
+    g.add_argument("--loss", default="ce", type=str.lower, choices=LOSSES,
                    help="full cross-entropy (default), binary cross-entropy with sampled negatives, or sampled "
                         "softmax")
     g.add_argument("--negatives", type=int, default=None,
@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_options(g, benchmark=False)
     g.add_argument("--bucketing", action="store_true",
                    help="batch users of similar length and trim padding (faster, learns slower per epoch on ML-1M)")
-    g.add_argument("--weighting", default="target", choices=["target", "batch"],
+    g.add_argument("--weighting", default="target", type=str.lower, choices=["target", "batch"],
                    help="every target weighs the same (default), or every batch's mean loss")
     g.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                    help="stop at the end of the epoch that reaches this many seconds of training (at least one "
@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(tr.add_argument_group("model"), benchmark=False)
     g = tr.add_argument_group("evaluation")
     _add_protocol_option(g)
-    g.add_argument("--also-protocols", nargs="+", default=[], choices=PROTOCOLS,
+    g.add_argument("--also-protocols", nargs="+", default=[], type=str.lower, choices=PROTOCOLS,
                    help="also rank the selected model's test users under these protocols (one more row each)")
     g = tr.add_argument_group("files and output")
     g.add_argument("--data-dir", default=None, help=DATA_DIR_HELP)
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "sasrec@bce")
     g.add_argument("--datasets", nargs="+", default=["all"], help="'all' (the default) or dataset names")
     g.add_argument("--seeds", nargs="+", type=int, default=[42], help="one run per seed (default 42)")
-    g.add_argument("--loss", default="ce", choices=LOSSES, help="loss of the models given without @loss (default ce)")
+    g.add_argument("--loss", default="ce", type=str.lower, choices=LOSSES, help="loss of the models given without @loss (default ce)")
     g.add_argument("--negatives", type=int, default=None,
                    help="negatives of the models trained with --loss (bce: per position, default 1; sampled-ce: "
                         "per batch, default 256); a model given with another @loss keeps its loss's default, "
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(bm.add_argument_group("model (every model)"), benchmark=True)
     g = bm.add_argument_group("evaluation")
     _add_protocol_option(g)
-    g.add_argument("--also-protocols", nargs="+", default=[], choices=PROTOCOLS,
+    g.add_argument("--also-protocols", nargs="+", default=[], type=str.lower, choices=PROTOCOLS,
                    help="also rank each selected model's test users under these protocols (one more row each); "
                         "a run already finished without them is not repeated to add them (its kept model in "
                         "runs/models can be ranked with benchmarks/compare_trained.py)")
