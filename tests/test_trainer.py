@@ -304,6 +304,15 @@ def test_any_damaged_checkpoint_is_one_clear_error_and_no_torch_warnings(tmp_pat
         assert not caught, (content[:8], [str(w.message) for w in caught])
 
 
+def test_a_checkpoint_that_cannot_be_read_is_named_with_what_failed(tmp_path):
+    path = tmp_path / "c.pt"
+    path.write_bytes(b"\x80\x02M\x01")                     # an opcode cut short: struct.error, once "(error)"
+    with pytest.raises(ConfigError, match=r"c.pt cannot be read as a checkpoint \(struct.error\)"):
+        load_checkpoint(path)
+    with pytest.raises(ConfigError, match=r"is a folder; name the checkpoint file"):   # was IsADirectoryError
+        load_checkpoint(tmp_path)
+
+
 def test_a_checkpoint_of_other_settings_or_another_model_is_refused(tiny_split, tmp_path):
     """Resuming would continue another run under this run's name (Adam's state even keeps the old rate)."""
     ckpt = str(tmp_path / "run.pt")

@@ -31,8 +31,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes the unpickler raise
             if isinstance(exc, OSError) and not Path(path).is_file():
+                if Path(path).is_dir():
+                    raise ConfigError(f"{path} is a folder; name the checkpoint file in it") from None
                 raise
-            failure = type(exc).__name__
+            kind = type(exc)     # struct.error, zipfile.BadZipFile, ...: the module says what could not be read
+            failure = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
         else:
             failure = None
     if failure is not None:  # torch's warnings about the damaged bytes would only confuse; the error says it all
