@@ -305,6 +305,18 @@ def test_datasets_command(tmp_path, capsys):
         assert name in out
 
 
+def test_datasets_says_when_the_data_directory_is_not_a_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SEQREC_DATA_DIR", str(tmp_path / "typo"))
+    assert main(["datasets"]) == 0
+    out = capsys.readouterr().out
+    assert f"data directory: {tmp_path / 'typo'} (does not exist: is the path, or SEQREC_DATA_DIR" in out
+    (tmp_path / "a_file").write_text("x")
+    assert main(["datasets", "--data-dir", str(tmp_path / "a_file")]) == 0
+    assert "(a file, not a folder" in capsys.readouterr().out
+    assert main(["datasets", "--data-dir", str(tmp_path)]) == 0
+    assert f"data directory: {tmp_path}\n" in capsys.readouterr().out
+
+
 def test_models_command(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out

@@ -287,7 +287,7 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
 def cmd_datasets(args: argparse.Namespace) -> int:
     from .data.download import ensure_dataset
     from .data.loading import dataset_status, format_dataset_table
-    from .data.paths import data_dir
+    from .data.paths import ENV_VAR, data_dir, default_cache_dir
     from .data.registry import get_spec
     from .errors import ChecksumError, DatasetUnavailableError
 
@@ -301,7 +301,11 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             failed.append(name)
             continue
         print(f"{name}: ready in {folder}")
-    print(f"data directory: {data_dir(args.data_dir)}")
+    root = data_dir(args.data_dir)
+    print(f"data directory: {root}" + (" (a file, not a folder: name the folder that holds the datasets)"
+                                       if root.is_file() else
+                                       f" (does not exist: is the path, or {ENV_VAR}, spelt right?)"
+                                       if not root.exists() and root != default_cache_dir() else ""))
     print(format_dataset_table(dataset_status(args.data_dir)))
     if failed:
         raise DatasetUnavailableError(f"not downloaded: {', '.join(failed)} (each one's message is above); the others "
