@@ -323,6 +323,9 @@ def test_a_checkpoint_of_other_settings_or_another_model_is_refused(tiny_split, 
         Trainer(make_model(tiny_split, d_model=8), tiny_split, config(epochs=2, checkpoint=ckpt)).fit()
     with pytest.raises(ConfigError, match=r"another model \(dropout 0\.1 -> 0\.3, n_heads 2 -> 4\)"):
         Trainer(make_model(tiny_split, dropout=0.3, n_heads=4), tiny_split, config(epochs=2, checkpoint=ckpt)).fit()
+    with pytest.raises(ConfigError, match=r"another model \(model 'sasrec' -> 'fparec', "):   # named first
+        Trainer(build_model("fparec", tiny_split.n_items, MAX_LEN, d_model=16, dropout=0.1), tiny_split,
+                config(epochs=2, checkpoint=ckpt)).fit()
     longer = Trainer(make_model(tiny_split), tiny_split, config(epochs=2, patience=3, checkpoint=ckpt)).fit()
     assert longer.epochs_run == 2                        # training longer is a resume, not another run
 

@@ -238,10 +238,11 @@ def training_device(config: TrainConfig) -> torch.device:
 
 
 def recipe_changes(old: dict, new: dict) -> list[str]:
-    """``["dropout 0.2 -> 0.3", ...]``: how two models' :func:`~tutorial_lib.models.build_model` recipes differ."""
+    """``["dropout 0.2 -> 0.3", ...]``: how two models' :func:`~tutorial_lib.models.build_model` recipes differ, the
+    model itself first (another model's options differ in many ways; its name says why)."""
     flat = [{**{k: v for k, v in r.items() if k != "options"}, **r.get("options", {})} for r in (old, new)]
-    return [f"{k} {flat[0].get(k)!r} -> {flat[1].get(k)!r}" for k in sorted(flat[0].keys() | flat[1].keys())
-            if flat[0].get(k) != flat[1].get(k)]
+    keys = sorted(flat[0].keys() | flat[1].keys(), key=lambda k: (k != "model", k))
+    return [f"{k} {flat[0].get(k)!r} -> {flat[1].get(k)!r}" for k in keys if flat[0].get(k) != flat[1].get(k)]
 
 
 class Trainer:
