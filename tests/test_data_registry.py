@@ -222,3 +222,10 @@ def test_load_or_synthetic_falls_back_and_says_why(capsys):
     data = load_or_synthetic("no-such-dataset", n_users=30, n_items=20, max_len=10)
     assert data.name == "synthetic" and len(data.sequences) == 30
     assert "no-such-dataset unavailable" in capsys.readouterr().err
+
+
+def test_the_synthetic_data_is_pointed_to_its_generator():
+    """`--dataset synthetic` works on the command line, so a learner tries load_dataset("synthetic") too."""
+    with pytest.raises(UnknownNameError, match=r"unknown dataset 'synthetic' \(the synthetic data is generated, "
+                                               r"not loaded: tutorial_lib.data.make_synthetic\(\) makes it\)"):
+        load_dataset("synthetic")

@@ -50,11 +50,12 @@ def did_you_mean(name: str, valid: Iterable[str], descriptions: Mapping[str, str
 class UnknownNameError(TutorialLibError, KeyError):
     """A model, dataset or option name that is not registered."""
 
-    def __init__(self, kind: str, name: str, valid: Iterable[str], descriptions: Mapping[str, str] | None = None):
+    def __init__(self, kind: str, name: str, valid: Iterable[str], descriptions: Mapping[str, str] | None = None,
+                 hint: str | None = None):
         valid = list(valid)
         self.kind, self.name, self.valid = kind, name, sorted(valid)
-        super().__init__(f"unknown {kind} {name!r}{did_you_mean(name, valid, descriptions)}; valid {kind}s are: "
-                         f"{', '.join(self.valid)}")
+        why = f" ({hint})" if hint else did_you_mean(name, valid, descriptions)
+        super().__init__(f"unknown {kind} {name!r}{why}; valid {kind}s are: {', '.join(self.valid)}")
 
     def __str__(self) -> str:  # KeyError would otherwise add quotes around the message
         return self.args[0]

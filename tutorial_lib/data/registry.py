@@ -389,6 +389,10 @@ def get_spec(name: str | DatasetSpec) -> DatasetSpec:
     if isinstance(name, DatasetSpec):
         return name
     key = str(name).strip().lower()
+    if key == "synthetic":     # the CLI's --dataset synthetic is generated, not a file to load
+        raise UnknownNameError("dataset", str(name), DATASETS, dataset_titles(),
+                               hint="the synthetic data is generated, not loaded: "
+                                    "tutorial_lib.data.make_synthetic() makes it")
     if key not in DATASETS:
         raise UnknownNameError("dataset", str(name), DATASETS, dataset_titles())
     return DATASETS[key]
