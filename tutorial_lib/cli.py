@@ -153,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "sasrec@bce")
     g.add_argument("--datasets", nargs="+", default=["all"], help="'all' (the default) or dataset names")
     g.add_argument("--seeds", nargs="+", type=int, default=[42], help="one run per seed (default 42)")
-    g.add_argument("--loss", default="ce", type=str.lower, choices=LOSSES, help="loss of the models given without @loss (default ce)")
+    g.add_argument("--loss", default="ce", type=str.lower, choices=LOSSES,
+                   help="loss of the models given without @loss (default ce)")
     g.add_argument("--negatives", type=int, default=None,
                    help="negatives of the models trained with --loss (bce: per position, default 1; sampled-ce: "
                         "per batch, default 256); a model given with another @loss keeps its loss's default, "
@@ -302,10 +303,12 @@ def cmd_datasets(args: argparse.Namespace) -> int:
             continue
         print(f"{name}: ready in {folder}")
     root = data_dir(args.data_dir)
-    print(f"data directory: {root}" + (" (a file, not a folder: name the folder that holds the datasets)"
-                                       if root.is_file() else
-                                       f" (does not exist: is the path, or {ENV_VAR}, spelt right?)"
-                                       if not root.exists() and root != default_cache_dir() else ""))
+    note = ""
+    if root.is_file():
+        note = " (a file, not a folder: name the folder that holds the datasets)"
+    elif not root.exists() and root != default_cache_dir():     # a folder the user named, not the default cache
+        note = f" (does not exist: is the path, or {ENV_VAR}, spelt right?)"
+    print(f"data directory: {root}{note}")
     print(format_dataset_table(dataset_status(args.data_dir)))
     if failed:
         raise DatasetUnavailableError(f"not downloaded: {', '.join(failed)} (each one's message is above); the others "
