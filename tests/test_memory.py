@@ -1,11 +1,13 @@
 """Out-of-memory errors: recognised on every allocator, re-raised with advice, everything else untouched."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
 from tutorial_lib.errors import NotEnoughMemoryError, TutorialLibError
-from tutorial_lib.training.memory import explain_out_of_memory, is_out_of_memory
+from tutorial_lib.training.memory import available_memory, explain_out_of_memory, is_out_of_memory, training_step_floor
 
 CPU = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
        "allocate 3200000000 bytes. Error code 12 (Cannot allocate memory)")
@@ -47,3 +49,35 @@ def test_other_errors_leave_the_block_unchanged():
         with explain_out_of_memory("here", "Advice."):
             raise original
     assert info.value is original
+
+
+def test_the_training_floor_counts_the_saved_tensors_of_every_block():
+    # 4 float32 tensors of (B, L, d) per block
+    assert training_step_floor(batch_size=128, width=200, d_model=64, n_layers=2) == 4 * 2 * 128 * 200 * 64 * 4
+
+
+def test_the_floor_stays_below_a_measured_training_step():
+    """The floor is a lower bound: the tensors one forward pass keeps for backward (counted by a saved-tensors hook)
+    of SASRec and FPARec's released layout (no FFN in its blocks, dropout off: the fewest) already exceed it."""
+    from tutorial_lib.models import build_model
+
+    for name, opts in [("sasrec", {"dropout": 0.0, "d_model": 32}), ("fparec", {"compat": True, "dropout": 0.0})]:
+        model = build_model(name, n_items=50, max_len=40, **opts)
+        weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        saved = {}     # each stored activation once, however many operations save it; the weights not counted
+
+        def keep(t):
+            if t.is_floating_point() and t.untyped_storage().data_ptr() not in weights:
+                saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+            model(torch.randint(1, 51, (8, 40))).sum().backward()
+        assert sum(saved.values()) > training_step_floor(8, 40, model.d_model, len(model.blocks)), name
+
+
+def test_available_memory_is_known_for_a_linux_cpu_and_unknown_for_mps():
+    free = available_memory(torch.device("cpu"))
+    if sys.platform.startswith("linux"):
+        assert isinstance(free, int) and free > 0
+    assert available_memory(torch.device("mps")) is None

@@ -433,6 +433,38 @@ def test_a_window_much_longer_than_every_history_is_warned_about(tiny_split):
                 config(epochs=1))
 
 
+def test_a_batch_whose_activations_cannot_fit_is_refused_before_anything_is_allocated(tiny_split, monkeypatch):
+    """A kernel that overcommits would kill the process mid-epoch without a word: the floor is checked first."""
+    import tutorial_lib.training.trainer as trainer_module
+
+    floor = 4 * 1 * 32 * MAX_LEN * 16 * 4                      # 4 tensors of (32, 10, 16) float32 in 1 block
+    monkeypatch.setattr(trainer_module, "available_memory", lambda device: floor - 1)
+    monkeypatch.setattr(trainer_module.TrainingWindows, "from_train", None)   # never reached
+    with pytest.raises(NotEnoughMemoryError) as info:
+        Trainer(make_model(tiny_split), tiny_split, config())
+    msg = str(info.value)
+    assert f"32 windows {MAX_LEN} positions wide" in msg and "32 x 10 x 16" in msg and "--max-len" in msg
+    monkeypatch.undo()
+    monkeypatch.setattr(trainer_module, "available_memory", lambda device: floor)
+    Trainer(make_model(tiny_split), tiny_split, config())          # exactly the floor: allowed
+
+
+def test_the_memory_floor_uses_the_trimmed_width_with_bucketing_and_is_skipped_when_unknown(tiny_split, monkeypatch):
+    import tutorial_lib.training.trainer as trainer_module
+
+    longest = max(len(h) for h in tiny_split.train) + 1
+    wide = build_model("sasrec", tiny_split.n_items, 4 * longest, d_model=16, n_layers=1)
+    floor = 4 * 32 * (longest - 2) * 16 * 4                    # bucketed batches are at most longest - 2 wide
+    monkeypatch.setattr(trainer_module, "available_memory", lambda device: floor)
+    with pytest.raises(NotEnoughMemoryError, match=f"{4 * longest} positions wide"):
+        Trainer(wide, tiny_split, config(bucketing=False))
+    with pytest.warns(UserWarning, match="longest input"):
+        Trainer(wide, tiny_split, config(bucketing=True))
+    monkeypatch.setattr(trainer_module, "available_memory", lambda device: None)
+    with pytest.warns(UserWarning, match="longest input"):
+        Trainer(wide, tiny_split, config(bucketing=False))
+
+
 def test_running_out_of_memory_names_the_settings_and_keeps_the_finished_epochs(tiny_split, tmp_path):
     ckpt = tmp_path / "run.pt"
     trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=3, checkpoint=str(ckpt)))

@@ -4,11 +4,18 @@ PyTorch reports an exhausted GPU with ``torch.OutOfMemoryError`` and an exhauste
 ``RuntimeError`` ("DefaultCPUAllocator: can't allocate memory"); neither names the setting that made the
 tensor too large. :func:`explain_out_of_memory` re-raises both as
 :class:`~tutorial_lib.errors.NotEnoughMemoryError` with advice, and lets every other error through unchanged.
+
+Some settings fail before the allocator can say so: a Linux kernel that overcommits hands out the memory and
+then kills the process when it is touched (the shell prints "Killed" and nothing else). So
+:func:`training_step_floor` gives a lower bound on what one training step keeps for the backward pass, and the
+trainer refuses a configuration whose floor already exceeds :func:`available_memory`.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -40,4 +47,36 @@ def explain_out_of_memory(doing: str, advice: str) -> Iterator[None]:
         raise NotEnoughMemoryError(f"out of memory {doing} ({first}). {advice}") from exc
 
 
-__all__ = ["OUT_OF_MEMORY_MARKERS", "is_out_of_memory", "explain_out_of_memory"]
+#: (B, L, d) float32 tensors every block keeps for the backward pass, at the least: its input, the normalised
+#: input, the values and the attention output (queries, keys, dropout masks, the attention scores and the
+#: feed-forward layer come on top). Counted with a saved-tensors hook at width 40, dropout off, the registry's
+#: families keep 5.6 (PARec and FPARec in their released layout, with no FFN in the blocks) to 36 (LightSANs) such
+#: tensors per block; the peak resident memory of a CPU step is 10 to 70 of them, so the floor stays below it.
+SAVED_TENSORS_PER_BLOCK = 4
+
+
+def training_step_floor(batch_size: int, width: int, d_model: int, n_layers: int) -> int:
+    """Bytes one training step keeps for the backward pass, at the least: ``SAVED_TENSORS_PER_BLOCK`` float32
+    tensors of shape ``(batch_size, width, d_model)`` per block. The real peak is several times larger."""
+    return SAVED_TENSORS_PER_BLOCK * n_layers * batch_size * width * d_model * 4
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes ``device`` can still allocate: CUDA's free memory, or Linux's ``MemAvailable`` for the CPU
+    (what can be allocated without swapping); ``None`` where it is not known (MPS, macOS or Windows CPUs)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu" or not sys.platform.startswith("linux"):
+        return None
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024    # the file counts kiB
+    return None
+
+
+__all__ = ["OUT_OF_MEMORY_MARKERS", "SAVED_TENSORS_PER_BLOCK", "available_memory", "explain_out_of_memory",
+           "is_out_of_memory", "training_step_floor"]

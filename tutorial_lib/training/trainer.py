@@ -18,14 +18,14 @@ from tqdm.auto import tqdm
 from ..data.batching import (WINDOW_SAMPLINGS, Batch, PrefixSamples, TrainingWindows, iterate_batches,
                              iterate_cloze_batches, iterate_prefix_batches)
 from ..data.split import LeaveOneOutSplit
-from ..errors import ConfigError
+from ..errors import ConfigError, NotEnoughMemoryError
 from ..evaluation.evaluator import Evaluator
 from ..models.backbone import user_inputs
 from ..utils.device import hardware_description, resolve_device
 from ..utils.seeding import deterministic_algorithms, device_rng_state, set_device_rng_state
 from .checkpoint import load_checkpoint, save_checkpoint
 from .losses import LOSSES, bce_loss, ce_chunk_rows, full_ce_loss, sampled_softmax_loss
-from .memory import explain_out_of_memory
+from .memory import SAVED_TENSORS_PER_BLOCK, available_memory, explain_out_of_memory, training_step_floor
 from .negatives import NegativeSampler
 from .optimizer import make_adam
 
@@ -265,6 +265,9 @@ class Trainer:
             model.prepare(split)  # statistics of the training split some families need (RKSA)
         self.evaluator = evaluator or Evaluator(split, model.max_len)
         self.objective = getattr(model, "objective", "next")
+        #: items in the longest input a user can have: training history plus the validation item (test input)
+        self.longest_input = max((len(h) for h in split.train), default=0) + 1
+        self._check_memory_floor()
         self.windows = TrainingWindows.from_train(split.train, model.max_len)
         self.prefixes = PrefixSamples.from_train(split.train, model.max_len) if self.objective == "last" else None
         if self.prefixes is not None and self.config.window_sampling != "recent":
@@ -275,14 +278,12 @@ class Trainer:
             warnings.warn("bucketing trims batches to their longest window, but this model pads every input back "
                           "to max_len (the released LightSANs attention, compat=True): it costs nothing and saves "
                           "nothing here; leave bucketing off", stacklevel=2)
-        #: items in the longest input a user can have: training history plus the validation item (test input)
-        self.longest_input = max((len(h) for h in split.train), default=0) + 1
         longest = self.longest_input
         if model.max_len >= max(2 * longest, 16):     # more padding than items, for every user
             warnings.warn(f"max_len={model.max_len}, but the longest input here has {longest} items: every "
-                          f"evaluation batch (and every training batch without bucketing) is padded to "
-                          f"{model.max_len} positions. max_len={longest} sees every item at a fraction of the cost",
-                          stacklevel=2)
+                          f"training window is stored {model.max_len} positions wide, and every training batch "
+                          f"without bucketing is padded to that width. max_len={longest} sees every item at a "
+                          f"fraction of the cost", stacklevel=2)
         if self.config.loss != "ce" and self.config.negatives >= split.n_items:
             warnings.warn(f"{self.config.negatives} negatives on a catalogue of {split.n_items} items: drawing at "
                           f"least as many negatives as there are items costs more than full cross-entropy "
@@ -465,6 +466,26 @@ class Trainer:
         with explain_out_of_memory(f"while training on {self.device.type}", self._memory_advice()), \
                 deterministic_algorithms(self.config.deterministic):
             return self._fit()
+
+    def _check_memory_floor(self) -> None:
+        """Refuse, before anything large is allocated, a batch whose activations alone cannot fit: a kernel that
+        overcommits would otherwise kill the process mid-epoch with no message (docs in ``training/memory.py``)."""
+        model, cfg = self.model, self.config
+        d_model, blocks = getattr(model, "d_model", None), getattr(model, "blocks", None)
+        free = available_memory(self.device)
+        if not isinstance(d_model, int) or blocks is None or free is None:
+            return
+        padded = getattr(model, "full_width", False) or (not cfg.bucketing and self.objective != "last")
+        width = model.max_len if padded else max(1, min(model.max_len, self.longest_input - 2))
+        floor = training_step_floor(cfg.batch_size, width, d_model, len(blocks))
+        if floor > free:
+            gib = 2 ** 30
+            raise NotEnoughMemoryError(
+                f"not enough memory to train on {self.device.type}: a training batch of {cfg.batch_size} windows "
+                f"{width} positions wide keeps at least {floor / gib:.1f} GiB for the backward pass "
+                f"({SAVED_TENSORS_PER_BLOCK} tensors of batch_size x width x d_model = {cfg.batch_size} x {width} "
+                f"x {d_model} float32 values in each of {len(blocks)} blocks), but {free / gib:.1f} GiB is "
+                f"available. {self._memory_advice()}")
 
     def _memory_advice(self) -> str:
         cfg = self.config
