@@ -97,6 +97,20 @@ def test_unreachable_names_file_urls_and_folder(tmp_path):
     msg = str(info.value)
     assert "Beauty.txt" in msg and urls[0] in msg and urls[1] in msg and str(dest.parent) in msg
     assert not dest.exists()
+    assert not (tmp_path / "data").exists()          # the folders made for it are gone again
+
+
+def test_a_failed_download_removes_only_the_empty_folders_it_made(tmp_path, src):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "other.txt").write_text("kept")
+    with pytest.raises(ChecksumError):
+        download_file(src.as_uri(), tmp_path / "data" / "Beauty" / "deep" / "file.bin", sha256="0" * 64)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["other.txt"]
+    existing = tmp_path / "data" / "Toys"
+    existing.mkdir()
+    with pytest.raises(DatasetUnavailableError):
+        download_file((tmp_path / "nowhere.txt").as_uri(), existing / "file.bin")
+    assert existing.is_dir()                           # it was there before: kept, though empty
 
 
 def test_file_url_ignores_range_and_restarts(tmp_path, src):

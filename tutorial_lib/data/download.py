@@ -122,7 +122,32 @@ def download_file(
     """
     urls = (urls,) if isinstance(urls, str) else tuple(urls)
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    created = _make_folders(dest.parent)
+    try:
+        return _download_into(urls, dest, sha256, expected_size, timeout, git_blob)
+    except BaseException:
+        for folder in created:     # a failed first download leaves no empty folder behind (a partial file stays)
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _make_folders(folder: Path) -> list[Path]:
+    """Create ``folder`` and its missing parents; return the ones created, deepest first."""
+    created = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        created.append(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def _download_into(urls: tuple[str, ...], dest: Path, sha256: str | None, expected_size: int | None,
+                   timeout: float, git_blob: str | None) -> Path:
+    """:func:`download_file`'s work, once ``dest``'s folder exists."""
     part = dest.with_name(dest.name + ".part")
     failures: list[str] = []
     for url in urls:
