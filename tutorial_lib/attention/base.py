@@ -50,6 +50,7 @@ class SequenceContext:
 
     @classmethod
     def from_item_ids(cls, item_ids: torch.Tensor, causal: bool = True, **kwargs: Any) -> "SequenceContext":
+        """Context for ``(B, L)`` long ``item_ids`` whose padding mask is ``item_ids == 0``."""
         return cls(item_ids=item_ids, padding_mask=item_ids.eq(0), causal=causal, **kwargs)
 
     @property
@@ -59,6 +60,7 @@ class SequenceContext:
 
     @property
     def length(self) -> int:
+        """``L``, the number of columns of the batch."""
         return self.item_ids.shape[1]
 
     @property
@@ -91,6 +93,7 @@ class SequenceContext:
         return self._allowed
 
     def has_padding(self) -> bool:
+        """Whether any row of the batch has a padding position."""
         return bool(self.padding_mask.any())
 
 
@@ -110,6 +113,7 @@ class Attention(nn.Module):
     has_weights: bool = True
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` -> mixed states ``(B, L, d)`` and ``(B, H, L, L)`` weights or ``None``."""
         raise NotImplementedError
 
 

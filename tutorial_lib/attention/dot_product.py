@@ -62,6 +62,8 @@ class DotProductAttention(Attention):
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` (keys and values from ``memory`` ``(B, L, d)`` if given) -> ``(B, L, d)`` and,
+        with ``ctx.need_weights``, the ``(B, H, L, L)`` weights (else ``None``)."""
         q, k, v = self.project(x, memory)
         p = self.attn_dropout if self.training else 0.0
         if ctx.need_weights:

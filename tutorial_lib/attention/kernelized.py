@@ -49,6 +49,7 @@ Eq. 13 is Azzalini & Dalla Valle's per-coordinate construction: its covariance i
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +61,9 @@ from .base import Attention, SequenceContext, check_heads, float32_region, merge
 KERNELS = "ciu"
 JITTER = 1e-3
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+if TYPE_CHECKING:
+    from ..data.split import LeaveOneOutSplit
 
 
 # ----------------------------------------------------------------------------- pieces, testable alone
@@ -173,7 +177,7 @@ class CooccurrenceProvider(nn.Module):
         self.table = None
         self.leave_user_out = leave_user_out
 
-    def prepare(self, split) -> None:
+    def prepare(self, split: LeaveOneOutSplit) -> None:
         """Count co-occurrences in ``split.train`` (training items only)."""
         from ..data.cooccurrence import CooccurrenceTable  # data knows nothing of attention; the reverse is fine
 
@@ -304,6 +308,8 @@ class KernelizedAttention(Attention):
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` -> ``(B, L, d)`` and, with ``ctx.need_weights``, the ``(B, H, L, L)`` weights (else
+        ``None``). Sets :attr:`aux_loss` to the listwise loss in training (``None`` otherwise)."""
         if memory is not None:
             raise ConfigError("kernelized attention supports the 'paper' layout only")
         stats = self.cooccurrence.batch(ctx)

@@ -162,6 +162,8 @@ class LocalAttention(Attention):
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` -> ``(B, L, d)`` and, with ``ctx.need_weights``, the ``(B, M, L, L)`` weights (local
+        heads first); ``None`` for the ``rnn`` and ``conv`` encoders, which have no weights."""
         if memory is not None:
             raise ConfigError("local attention supports the 'paper' layout only")
         if ctx.causal != self.causal:
@@ -202,13 +204,17 @@ class LocalAttention(Attention):
             heads[self.n_local:] = 1.0
         return q + heads * pq, k + heads * pk
 
-    def _global(self, q, k, v, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _global(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: SequenceContext
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Dot-product attention of the global heads: ``(B, M_g, L, dh)`` each -> ``(B, M_g, L, dh)``, weights."""
         p = self.attn_dropout if self.training else 0.0
         if ctx.need_weights:
             return naive_attention(q, k, v, ctx.allowed(), p, self.training)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.allowed(), dropout_p=p), None
 
-    def _local(self, q, k, v, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _local(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: SequenceContext
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The local heads' encoder: ``(B, M_l, L, dh)`` each -> ``(B, M_l, L, dh)``, weights or ``None``."""
         if self.encoder == "rnn":
             return self._rnn(v, ctx), None
         if self.encoder == "conv":

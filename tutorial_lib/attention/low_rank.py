@@ -239,6 +239,8 @@ class LowRankAttention(Attention):
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` -> ``(B, L, d)`` and, with ``ctx.need_weights`` (not ``compat``), the ``(B, H, L, L)``
+        effective item-to-item weights (else ``None``)."""
         if memory is not None:
             raise ConfigError("low-rank attention supports the 'paper' layout only")
         if ctx.causal != (not self.compat):

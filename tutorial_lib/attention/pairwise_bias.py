@@ -22,13 +22,15 @@ At ML-1M's shape (batch 128, L 200, h 32, one thread) forward plus backward took
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 #: elements of one block's ``(B, rows, cols, h)`` pre-activation (4 MiB in float32)
 BLOCK_ELEMENTS = 1 << 20
 
 
-def _row_blocks(B: int, L: int, h: int, causal: bool, block_elements: int):
+def _row_blocks(B: int, L: int, h: int, causal: bool, block_elements: int) -> Iterator[tuple[int, int, int]]:
     """``(i0, i1, j1)``: row block ``[i0, i1)`` and the columns ``[0, j1)`` it needs."""
     rows = max(1, block_elements // max(1, B * L * h))
     for i0 in range(0, L, rows):
@@ -38,8 +40,9 @@ def _row_blocks(B: int, L: int, h: int, causal: bool, block_elements: int):
 
 class _PairwiseMLPBias(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, rows: torch.Tensor, cols: torch.Tensor, dist: torch.Tensor, w2: torch.Tensor,
-                causal: bool, block_elements: int) -> torch.Tensor:
+    def forward(ctx: torch.autograd.function.FunctionCtx, rows: torch.Tensor, cols: torch.Tensor, dist: torch.Tensor,
+                w2: torch.Tensor, causal: bool, block_elements: int) -> torch.Tensor:
+        """``rows, cols`` ``(B, L, h)``, ``dist`` ``(L, L, h)``, ``w2`` ``(h,)`` -> ``(B, L, L)`` biases."""
         B, L, h = rows.shape
         out = rows.new_zeros(B, L, L)
         for i0, i1, j1 in _row_blocks(B, L, h, causal, block_elements):
@@ -52,7 +55,9 @@ class _PairwiseMLPBias(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, None, None]:
+        """``grad`` ``(B, L, L)`` -> gradients of ``rows, cols, dist, w2`` (their shapes), blocks recomputed."""
         rows, cols, dist, w2 = ctx.saved_tensors
         B, L, h = rows.shape
         if ctx.causal:

@@ -136,6 +136,8 @@ class PositionalAttention(Attention):
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` (values from ``memory`` ``(B, L, d)`` if given) -> ``(B, L, d)`` and, with
+        ``ctx.need_weights``, the ``(B, H, L, L)`` weights (else ``None``)."""
         v = split_heads(self.v_proj(x if memory is None else memory), self.n_heads)   # (B, H, L, dh)
         p = self.attn_dropout if self.training else 0.0
         weights = None
