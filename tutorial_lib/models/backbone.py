@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +14,9 @@ from torch import nn
 
 from ..attention.base import Attention, SequenceContext
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..data.split import LeaveOneOutSplit
 
 LAYOUTS = ("paper", "tf")
 POSITIONS = ("absolute", "none")
@@ -31,12 +35,14 @@ class Dropout(nn.Module):
         self.p = p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` of any shape -> the same shape, dropped out and rescaled in training."""
         if not self.training or self.p == 0.0:
             return x
         mask = (torch.rand_like(x) >= self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
         return x * mask
 
     def extra_repr(self) -> str:
+        """``p=...`` in the module's repr."""
         return f"p={self.p}"
 
 
@@ -49,6 +55,7 @@ class FeedForward(nn.Module):
                                  nn.Linear(ffn_dim, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(..., d)`` -> ``(..., d)``, position by position."""
         return self.net(x)
 
 
@@ -81,6 +88,7 @@ class Block(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor, ctx: SequenceContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x`` ``(B, L, d)`` -> ``(B, L, d)`` and the attention's ``(B, H, L, L)`` weights (or ``None``)."""
         if self.layout == "tf":
             q = self.ln_attn(x)
             a, weights = self.attention(q, ctx, memory=x)
@@ -193,7 +201,7 @@ class SequentialRecommender(nn.Module):
                 reset()
 
     # ----------------------------------------------------------------- hooks for families
-    def prepare(self, split) -> None:
+    def prepare(self, split: LeaveOneOutSplit) -> None:
         """Give every attention module that needs statistics of the training split (RKSA's co-occurrence
         counts) the chance to compute them. Called by the :class:`~tutorial_lib.training.Trainer`."""
         for module in self.modules():
@@ -209,7 +217,9 @@ class SequentialRecommender(nn.Module):
 
     # ----------------------------------------------------------------- encoding
     def make_context(self, item_ids: torch.Tensor, need_weights: bool = False, users: torch.Tensor | None = None,
-                     **extras) -> SequenceContext:
+                     **extras: Any) -> SequenceContext:
+        """The :class:`SequenceContext` of ``(B, L)`` ids; with a user table, ``users`` ``(B,)`` give ``ctx.user``
+        ``(B, d)``; ``extras`` become ``ctx.extras``."""
         user = None
         if self.user_embedding is not None:
             if users is None:
@@ -231,7 +241,7 @@ class SequentialRecommender(nn.Module):
         return x * item_ids.ne(0).unsqueeze(-1).to(x.dtype)
 
     def encode(self, item_ids: torch.Tensor, need_weights: bool = False, users: torch.Tensor | None = None,
-               **extras) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+               **extras: Any) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """``(B, L)`` ids -> hidden states ``(B, L, d)`` and, per block, its attention weights."""
         width = item_ids.shape[1]
         if self.full_width and width < self.max_len:
@@ -251,7 +261,7 @@ class SequentialRecommender(nn.Module):
             x = (f + self.stack_dropout(self.stack_ffn(f))) * ctx.valid_mask.unsqueeze(-1).to(x.dtype)
         return self.final_norm(x), weights
 
-    def forward(self, item_ids: torch.Tensor, **extras) -> torch.Tensor:
+    def forward(self, item_ids: torch.Tensor, **extras: Any) -> torch.Tensor:
         """``(B, L)`` ids -> ``(B, L, d)`` hidden states; if ``causal``, position ``t`` summarises items ``<= t``."""
         return self.encode(item_ids, **extras)[0]
 
@@ -280,7 +290,7 @@ class SequentialRecommender(nn.Module):
         return torch.cat([item_ids[:, 1:], mask], dim=1) if item_ids.shape[1] == self.max_len else \
             torch.cat([item_ids, mask], dim=1)
 
-    def score_next(self, item_ids: torch.Tensor, **extras) -> torch.Tensor:
+    def score_next(self, item_ids: torch.Tensor, **extras: Any) -> torch.Tensor:
         """Scores of every candidate next item after the last position: ``(B, L)`` -> ``(B, n_items+1)``."""
         return self.score(self.forward(self.next_item_input(item_ids), **extras)[:, -1])
 

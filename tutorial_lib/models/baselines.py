@@ -9,6 +9,7 @@ split to be built, not ``n_items`` / ``max_len``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,14 +58,15 @@ class PopularityRecommender(nn.Module):
         self.n_items = int(n_items)
         self.register_buffer("counts", torch.from_numpy(counts))
 
-    def score_next(self, item_ids: torch.Tensor, **extras) -> torch.Tensor:
+    def score_next(self, item_ids: torch.Tensor, **extras: Any) -> torch.Tensor:
         """Scores of every candidate next item: ``(B, L)`` -> ``(B, n_items + 1)`` (a fresh, writable
         tensor on the buffer's device; the input is ignored apart from its batch size)."""
         scores = self.counts.expand(item_ids.shape[0], -1).clone()
         scores[:, 0] = float("-inf")
         return scores
 
-    def forward(self, item_ids: torch.Tensor, **extras) -> torch.Tensor:
+    def forward(self, item_ids: torch.Tensor, **extras: Any) -> torch.Tensor:
+        """Same as :meth:`score_next`: ``(B, L)`` -> ``(B, n_items + 1)``."""
         return self.score_next(item_ids, **extras)
 
     def top_items(self, k: int = 10) -> torch.Tensor:
@@ -74,6 +76,7 @@ class PopularityRecommender(nn.Module):
         return torch.from_numpy(order[:k].astype(np.int64))
 
     def extra_repr(self) -> str:
+        """Catalogue size and number of counted interactions, for the module's repr."""
         return f"n_items={self.n_items}, interactions={int(self.counts.sum().item())}"
 
 

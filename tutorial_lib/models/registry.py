@@ -57,6 +57,7 @@ def register_model(name: str, description: str, family: str, variant_of: str | N
 
 
 def get_model_entry(name: str) -> ModelEntry:
+    """The registered :class:`ModelEntry` of ``name`` (case-insensitive); :class:`UnknownNameError` if none."""
     key = name.lower()
     if key not in MODELS:
         raise UnknownNameError("model", name, MODELS)
@@ -86,10 +87,11 @@ def _check_option_value(model: str, key: str, value: object, kind: str, default:
 
 
 def model_names() -> list[str]:
+    """Registered model names, sorted."""
     return sorted(MODELS)
 
 
-def build_model(name: str, n_items: int, max_len: int, n_users: int | None = None, **options) -> nn.Module:
+def build_model(name: str, n_items: int, max_len: int, n_users: int | None = None, **options: object) -> nn.Module:
     """Build a registered model; unknown options raise a :class:`ConfigError` listing the valid ones.
 
     ``n_users`` is passed on to the models that have a user embedding (RKSA) and ignored by the others,

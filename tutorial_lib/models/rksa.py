@@ -20,6 +20,8 @@ def build_rksa_model(n_items: int, max_len: int, n_users: int | None, kernels: s
                      item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
                      ffn_dim: int | None = None, stochastic_rows: str = "all",
                      leave_user_out: bool = False) -> SequentialRecommender:
+    """RKSA on SASRec's backbone, its layers sharing one :class:`CooccurrenceProvider`; ``n_users`` is required
+    when the kernels read the user embedding (see :class:`KernelizedAttention` for the options)."""
     provider = CooccurrenceProvider(leave_user_out)
     layers = [KernelizedAttention(d_model, n_heads, provider, kernels, item_kernel, attn_dropout, rank_weight,
                                   stochastic=stochastic, stochastic_rows=stochastic_rows) for _ in range(n_layers)]
