@@ -85,6 +85,7 @@ class Evaluator:
 
     # -------------------------------------------------------------- preparation
     def stage_data(self, stage: str) -> StageData:
+        """Inputs, targets and candidates of ``stage`` (``"valid"`` or ``"test"``), built on first use, then cached."""
         if stage not in self._stages:
             self._stages[stage] = self._build_stage(stage)
         return self._stages[stage]

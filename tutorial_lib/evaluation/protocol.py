@@ -46,6 +46,7 @@ class EvalProtocol:
     negatives_exclude: str = "history"
 
     def __post_init__(self) -> None:
+        """Raise :class:`ConfigError` for an unknown protocol or exclusion, or a setting out of range."""
         if self.name not in PROTOCOLS:
             raise ConfigError(f"unknown protocol {self.name!r}; valid protocols are: {', '.join(PROTOCOLS)}")
         if self.n_negatives < 1:
@@ -58,8 +59,10 @@ class EvalProtocol:
 
     @property
     def sampled(self) -> bool:
+        """Whether the target is ranked among ``n_negatives`` sampled items (``sampled100``)."""
         return self.name == "sampled100"
 
     @property
     def exclude_history(self) -> bool:
+        """Whether the user's history items are removed from the candidates (``full-nohist``)."""
         return self.name == "full-nohist"
