@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 #: tick labels are drawn only when a map has at most this many positions (else indices every few steps)
 MAX_LABELLED = 30
@@ -59,9 +63,9 @@ def shorten(label: str, max_chars: int = 24) -> str:
     return label[: max_chars - 1].rstrip() + "…"
 
 
-def plot_attention_map(weights: Any, labels: Sequence[str] | None = None, ax=None, title: str | None = None,
-                       cmap: str = "viridis", vmax: float | None = None, colorbar: bool = True,
-                       max_label_chars: int = 24, max_labelled: int = MAX_LABELLED):
+def plot_attention_map(weights: Any, labels: Sequence[str] | None = None, ax: Axes | None = None,
+                       title: str | None = None, cmap: str = "viridis", vmax: float | None = None,
+                       colorbar: bool = True, max_label_chars: int = 24, max_labelled: int = MAX_LABELLED) -> Axes:
     """Draw one ``(L, L)`` attention matrix (queries in rows, keys in columns).
 
     Args:
@@ -105,7 +109,7 @@ def plot_attention_map(weights: Any, labels: Sequence[str] | None = None, ax=Non
 
 def plot_attention_grid(weights: Sequence[Any], labels: Sequence[str] | None = None, batch_index: int = 0,
                         layer_names: Sequence[str] | None = None, panel_size: float = 3.2, cmap: str = "viridis",
-                        max_label_chars: int = 18, max_labelled: int = 16, suptitle: str | None = None):
+                        max_label_chars: int = 18, max_labelled: int = 16, suptitle: str | None = None) -> Figure:
     """Draw the attention maps of every layer (rows) and head (columns) in one figure.
 
     Args:

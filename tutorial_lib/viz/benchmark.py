@@ -35,11 +35,19 @@ import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..experiments.stats import mean_std, paired_ci, paired_t, t_critical, verdict  # re-exported for notebook 07
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from pandas import DataFrame
+    from pandas.io.formats.style import Styler
+
+    from ..experiments.run import ExperimentSpec
 
 #: the metrics every results row has
 ROW_METRICS = ("hr@10", "ndcg@10", "hr@20", "ndcg@20", "mrr")
@@ -76,7 +84,7 @@ def _text(value: Any) -> str:
     return str(value).strip()
 
 
-def runs_frame(source: str | Path | Sequence[Mapping[str, Any]], base=None):
+def runs_frame(source: str | Path | Sequence[Mapping[str, Any]], base: ExperimentSpec | None = None) -> DataFrame:
     """One row per run (the latest row of every ``run_id``) as a pandas DataFrame.
 
     ``source`` is a results CSV path or a list of rows (as :func:`~tutorial_lib.experiments.results.read_runs`
@@ -119,7 +127,7 @@ def runs_frame(source: str | Path | Sequence[Mapping[str, Any]], base=None):
     return frame.reset_index(drop=True)
 
 
-def set_aside(frame):
+def set_aside(frame: DataFrame) -> DataFrame:
     """The runs of the configurations the tables do not use (``current`` is False): kept in the file, left out of
     tables and figures."""
     return frame.loc[~frame["current"].astype(bool)]
@@ -131,8 +139,8 @@ def _current(frame, protocol: str | None = None):
 
 
 # ----------------------------------------------------------------------------- coverage
-def coverage_frame(frame, models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
-                   protocol: str = "full"):
+def coverage_frame(frame: DataFrame, models: Sequence[tuple[str, str]], datasets: Sequence[str],
+                   seeds: Sequence[int], protocol: str = "full") -> DataFrame:
     """Methods x datasets: ``"k/n"`` = how many of the ``n`` planned seeds have a run (current configuration)."""
     import pandas as pd
 
@@ -146,7 +154,7 @@ def coverage_frame(frame, models: Sequence[tuple[str, str]], datasets: Sequence[
     return pd.DataFrame(table, index=pd.Index(labels, name="method"))
 
 
-def missing_runs(frame, models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
+def missing_runs(frame: DataFrame, models: Sequence[tuple[str, str]], datasets: Sequence[str], seeds: Sequence[int],
                  protocol: str = "full") -> list[dict]:
     """The planned (method, dataset, seed) cells without a current run, in plan order (datasets outermost)."""
     sub = _current(frame, protocol).dropna(subset=["seed"])
@@ -156,7 +164,8 @@ def missing_runs(frame, models: Sequence[tuple[str, str]], datasets: Sequence[st
 
 
 # ----------------------------------------------------------------------------- seeds
-def seed_summary(frame, metrics: Sequence[str] = ("ndcg@10", "hr@10"), protocol: str = "full"):
+def seed_summary(frame: DataFrame, metrics: Sequence[str] = ("ndcg@10", "hr@10"), protocol: str = "full"
+                 ) -> DataFrame:
     """Long table: per method, dataset and metric the mean, sample std and number of runs (current
     configuration only). ``seeds`` lists the seeds; ``repeated_seed`` says whether a seed occurs twice (rows of
     older versions without run ids can do that), in which case the spread is not pure seed variance.
@@ -185,8 +194,8 @@ def _cell_text(mean: float, std: float, n: int, expected_n: int, flag: bool, dig
     return text + (" †" if flag else "")
 
 
-def main_table_frame(frame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
-                     digits: int = 4):
+def main_table_frame(frame: DataFrame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
+                     digits: int = 4) -> tuple[DataFrame, DataFrame]:
     """Methods x datasets of ``"mean ± std"`` strings (``[n]`` = runs when not ``expected_seeds``, ``†`` = a seed
     occurs twice, ``‡`` = trained with sampled softmax, ``—`` = no run; current configurations only). Returns
     ``(table, best)``: ``best`` is a boolean frame of the same shape marking the highest mean of each dataset."""
@@ -211,8 +220,8 @@ def main_table_frame(frame, metric: str = "ndcg@10", protocol: str = "full", exp
     return table, best
 
 
-def styled_main_table(frame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
-                      caption: str | None = None):
+def styled_main_table(frame: DataFrame, metric: str = "ndcg@10", protocol: str = "full", expected_seeds: int = 3,
+                      caption: str | None = None) -> Styler:
     """:func:`main_table_frame` as a pandas ``Styler``: the best mean of each dataset in bold."""
     table, best = main_table_frame(frame, metric, protocol, expected_seeds)
     styler = table.style.apply(lambda _: np.where(best, "font-weight: bold", ""), axis=None)
@@ -220,7 +229,8 @@ def styled_main_table(frame, metric: str = "ndcg@10", protocol: str = "full", ex
     return styler
 
 
-def paired_seed_comparisons(frame, baseline: str = "sasrec", metric: str = "ndcg@10", protocol: str = "full"):
+def paired_seed_comparisons(frame: DataFrame, baseline: str = "sasrec", metric: str = "ndcg@10",
+                            protocol: str = "full") -> DataFrame:
     """Every method against ``baseline`` on each dataset, paired by seed (only seeds both have, one row per
     seed: the latest; current configurations only). Columns: dataset, method, n, baseline, mean, diff, low,
     high (95 % CI), verdict."""
@@ -295,7 +305,7 @@ def parameter_count(model: str, dataset: str, max_len: int, options: Mapping[str
 _CELL = re.compile(r"^\s*([0-9.]+)\s*/\s*([0-9.]+)\s*/\s*([0-9.]+)\s*$")
 
 
-def read_scaling_table(path: str | Path):
+def read_scaling_table(path: str | Path) -> DataFrame | None:
     """The efficiency lab's Markdown table (``results/benchmarks/attention_scaling.md``) as a long DataFrame
     (model, L, ms, activation_mib, gflops, params), or ``None`` when the file does not exist."""
     import pandas as pd
@@ -372,8 +382,9 @@ def _panel_grid(n: int, panel_size: tuple[float, float], ncols: int):
     return grid.flat[:n]
 
 
-def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", datasets: Sequence[str] | None = None,
-                     axes=None, title: str | None = None, variants: bool = False, ncols: int = 2):
+def plot_metric_bars(frame: DataFrame, metric: str = "ndcg@10", protocol: str = "full",
+                     datasets: Sequence[str] | None = None, axes: Axes | Sequence[Axes] | np.ndarray | None = None,
+                     title: str | None = None, variants: bool = False, ncols: int = 2) -> Figure:
     """One panel per dataset (``ncols`` to a row): a bar per method at the mean over seeds, the sample standard
     deviation as an error bar, and every seed as a dot (current configurations only; the presets'
     configurations unless ``variants``). Returns the figure."""
@@ -405,9 +416,10 @@ def plot_metric_bars(frame, metric: str = "ndcg@10", protocol: str = "full", dat
     return fig
 
 
-def plot_accuracy_vs_cost(frame, cost: str = "train_seconds", metric: str = "ndcg@10", protocol: str = "full",
-                          datasets: Sequence[str] | None = None, axes=None, logx: bool | str = "auto",
-                          xlabel: str | None = None, title: str | None = None, ncols: int = 3):
+def plot_accuracy_vs_cost(frame: DataFrame, cost: str = "train_seconds", metric: str = "ndcg@10",
+                          protocol: str = "full", datasets: Sequence[str] | None = None,
+                          axes: Axes | Sequence[Axes] | np.ndarray | None = None, logx: bool | str = "auto",
+                          xlabel: str | None = None, title: str | None = None, ncols: int = 3) -> Figure:
     """One panel per dataset (``ncols`` to a row): each method at (mean cost, mean metric) with sample-std error
     bars in both directions, and its runs as faint dots. ``cost`` is any numeric column (``train_seconds``,
     ``seconds_per_epoch``, or one you add, such as ``params``). ``logx="auto"`` uses a logarithmic cost axis
@@ -450,7 +462,7 @@ def _palette(n: int) -> list:
     return list(sns.color_palette("colorblind", n_colors=max(n, 1)))
 
 
-def plot_scorecard(rows: Sequence[Mapping[str, Any]], ax=None, title: str | None = None):
+def plot_scorecard(rows: Sequence[Mapping[str, Any]], ax: Axes | None = None, title: str | None = None) -> Axes:
     """Published (hollow) against ours (filled) for every scorecard row that has a run, one line per cell,
     labelled with the relative difference. ``rows`` come from ``report.scorecard_rows``. Returns the axis."""
     import matplotlib.pyplot as plt

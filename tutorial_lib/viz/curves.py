@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def plot_training_curves(histories: Mapping[str, Sequence[Mapping[str, float]]], metric: str = "valid_ndcg@10",
-                         ax=None, x: str = "epoch", title: str | None = None, mark_best: bool = True,
-                         ylabel: str | None = None):
+                         ax: Axes | None = None, x: str = "epoch", title: str | None = None, mark_best: bool = True,
+                         ylabel: str | None = None) -> Axes:
     """One line per run: ``metric`` against ``x`` (epochs by default).
 
     Args:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -22,6 +22,10 @@ from torch import nn
 from ..evaluation.evaluator import model_device
 from ..models.backbone import user_inputs
 from .attention import shorten
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.figure import Figure
 
 Titles = Sequence[str] | Callable[[int], str] | None
 
@@ -162,7 +166,8 @@ def user_view(model: nn.Module, history: Sequence[int], target: int | None = Non
 
 def explorer_static(model: nn.Module, history: Sequence[int], target: int | None = None, titles: Titles = None,
                     layer: int = 0, head: int = 0, k: int = 10, n_recent: int = 10, exclude_history: bool = False,
-                    user: int | str | None = None, max_len: int | None = None, max_label_chars: int = 38):
+                    user: int | str | None = None, max_len: int | None = None, max_label_chars: int = 38
+                    ) -> Figure:
     """One figure for one user: where the last position attends (left), the top-``k`` items (right).
 
     Args:
@@ -238,7 +243,7 @@ def _import_widgets():
 
 def attention_explorer(model: nn.Module, split: Any, titles: Titles = None, stage: str = "test",
                        users: Sequence[int] | None = None, k: int = 10, n_recent: int = 10,
-                       exclude_history: bool = False, max_users: int = 300):
+                       exclude_history: bool = False, max_users: int = 300) -> VBox:
     """An ``ipywidgets`` explorer: pick a user, a layer and a head; see :func:`explorer_static`'s figure.
 
     Args:
@@ -270,7 +275,7 @@ def attention_explorer(model: nn.Module, split: Any, titles: Titles = None, stag
     hide_w = widgets.Checkbox(value=exclude_history, description="hide items already seen", indent=False)
     out = widgets.Output()
 
-    def render(change=None) -> None:
+    def render(change: Any = None) -> None:
         u = int(user_w.value)
         with out:
             out.clear_output(wait=True)

@@ -19,11 +19,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .attention import _as_numpy, _finish_heatmap, _square, shorten
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.axes import Axes
+    from pandas import DataFrame
+    from torch import nn
 
 
 # ----------------------------------------------------------------------------- the skew-normal
@@ -37,8 +43,9 @@ def skew_normal_pdf(x: Any, alpha: float, xi: float = 0.0, omega: float = 1.0) -
     return 2.0 / omega * phi * cdf
 
 
-def plot_skew_normal_samples(samples: Mapping[float, Any], axes=None, bins: int = 60,
-                             xlim: tuple[float, float] = (-4, 4), panel_size: float = 3.0):
+def plot_skew_normal_samples(samples: Mapping[float, Any], axes: Sequence[Axes] | np.ndarray | None = None,
+                             bins: int = 60, xlim: tuple[float, float] = (-4, 4), panel_size: float = 3.0
+                             ) -> Sequence[Axes] | np.ndarray:
     """One panel per shape: a histogram of ``samples[α]`` (a 1-D array) and the density ``SN(0, 1, α)``.
 
     Returns the array of axes.
@@ -66,9 +73,9 @@ def plot_skew_normal_samples(samples: Mapping[float, Any], axes=None, bins: int 
 
 
 # ----------------------------------------------------------------------------- heatmaps
-def plot_matrix(matrix: Any, labels: Sequence[str] | None = None, ax=None, title: str | None = None,
+def plot_matrix(matrix: Any, labels: Sequence[str] | None = None, ax: Axes | None = None, title: str | None = None,
                 cmap: str = "magma", annotate: str | None = None, vmin: float | None = None,
-                vmax: float | None = None, colorbar: bool = True, max_label_chars: int = 22):
+                vmax: float | None = None, colorbar: bool = True, max_label_chars: int = 22) -> Axes:
     """A square heatmap with the same labels on both axes (rows = the first index).
 
     Args:
@@ -105,8 +112,8 @@ def plot_matrix(matrix: Any, labels: Sequence[str] | None = None, ax=None, title
 
 
 # ----------------------------------------------------------------------------- attention of the last position
-def last_position_attention(model, histories: Sequence[Any], users: Sequence[int] | None = None, layer: int = -1,
-                            head: int | None = None, max_len: int | None = None
+def last_position_attention(model: nn.Module, histories: Sequence[Any], users: Sequence[int] | None = None,
+                            layer: int = -1, head: int | None = None, max_len: int | None = None
                             ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Attention of the last position over each history's window, in evaluation mode.
 
@@ -198,8 +205,8 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
     return (sums / counts)[inverse]
 
 
-def plot_case_study(rows: Mapping[str, Any], labels: Sequence[str] | None = None, ax=None, title: str | None = None,
-                    annotate: bool = True, max_label_chars: int = 22):
+def plot_case_study(rows: Mapping[str, Any], labels: Sequence[str] | None = None, ax: Axes | None = None,
+                    title: str | None = None, annotate: bool = True, max_label_chars: int = 22) -> Axes:
     """The paper's Figure 5: one row per quantity (co-occurrence, each model's attention) over the positions.
 
     Every row is scaled to its own maximum (the colour shows where a row is large, not how it compares
@@ -265,7 +272,7 @@ def popularity_bins(popularity: Any, n_bins: int = 5) -> tuple[np.ndarray, list[
     return index.astype(np.int64), labels
 
 
-def rank_by_popularity(ranks: Mapping[str, Any], popularity: Any, n_bins: int = 5, k: int = 10):
+def rank_by_popularity(ranks: Mapping[str, Any], popularity: Any, n_bins: int = 5, k: int = 10) -> DataFrame:
     """Per popularity bin of the target: users, and for every model its mean rank, median rank and HR@k.
 
     Args:
@@ -298,7 +305,8 @@ def rank_by_popularity(ranks: Mapping[str, Any], popularity: Any, n_bins: int = 
     return frame.set_index(("bin", "target popularity")).rename_axis("target popularity")
 
 
-def plot_rank_by_popularity(frame, metric: str = "mean rank", ax=None, title: str | None = None):
+def plot_rank_by_popularity(frame: DataFrame, metric: str = "mean rank", ax: Axes | None = None,
+                            title: str | None = None) -> Axes:
     """Grouped bars of ``metric`` per popularity bin and model, from :func:`rank_by_popularity`."""
     import matplotlib.pyplot as plt
 
@@ -323,7 +331,7 @@ def plot_rank_by_popularity(frame, metric: str = "mean rank", ax=None, title: st
 
 # ----------------------------------------------------------------------------- widget
 def picker(render: Callable[[Any], None], options: Sequence[Any], description: str = "user",
-           labels: Sequence[str] | None = None):
+           labels: Sequence[str] | None = None) -> VBox:
     """A dropdown that calls ``render(value)`` in an output area whenever the choice changes.
 
     Raises ``ImportError`` (with an explanation) when ipywidgets is not installed; draw a static figure
@@ -341,7 +349,7 @@ def picker(render: Callable[[Any], None], options: Sequence[Any], description: s
     dropdown = widgets.Dropdown(options=list(zip(names, options)), value=options[0], description=description)
     out = widgets.Output()
 
-    def redraw(change=None) -> None:
+    def redraw(change: Any = None) -> None:
         import matplotlib.pyplot as plt
 
         with out:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -42,6 +42,11 @@ from torch import nn
 
 from ..errors import ConfigError
 from .attention import _as_numpy, _finish_heatmap, _square
+
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 HEADS = ("mean", "each")
 
@@ -166,8 +171,9 @@ def positional_correlation(model: nn.Module, layer: int = 0, heads: str | int = 
     return correlation_from_projections(q, k, heads)
 
 
-def plot_positional_correlation(correlation: Any, ax=None, title: str | None = None, cmap: str = "viridis",
-                                colorbar: bool = True, tick_step: int | None = None, vmin: float | None = 0.0):
+def plot_positional_correlation(correlation: Any, ax: Axes | None = None, title: str | None = None,
+                                cmap: str = "viridis", colorbar: bool = True, tick_step: int | None = None,
+                                vmin: float | None = 0.0) -> Axes:
     """Heatmap of an ``(n, n)`` positional correlation (rows: query position, columns: key position).
 
     The future (above the diagonal) is left blank. ``vmin=None`` stretches the colours over the values
@@ -192,9 +198,9 @@ def plot_positional_correlation(correlation: Any, ax=None, title: str | None = N
     return _finish_heatmap(ax, image, title, colorbar, label="correlation / row maximum")
 
 
-def plot_by_distance(profiles: Mapping[str, Any], ax=None, max_distance: int | None = None,
+def plot_by_distance(profiles: Mapping[str, Any], ax: Axes | None = None, max_distance: int | None = None,
                      ylabel: str = "mean over query positions", title: str | None = None, logy: bool = False,
-                     **plot_kwargs):
+                     **plot_kwargs: Any) -> Axes:
     """Lines of several ``(n, n)`` matrices (or ready profiles) against the distance ``i - j``.
 
     ``profiles`` maps a label to an ``(n, n)`` matrix (averaged with :func:`mean_by_distance`) or to a 1-D
@@ -274,7 +280,7 @@ def attention_entropy(pattern: Any) -> np.ndarray:
 
 def plot_learned_attention(patterns: Sequence[Any], suptitle: str | None = None, max_distance: int | None = None,
                            panel_size: float = 2.9, cmap: str = "viridis", logy: bool = False,
-                           layer_names: Sequence[str] | None = None, normalise: str = "none"):
+                           layer_names: Sequence[str] | None = None, normalise: str = "none") -> Figure:
     """Figure 3: one row per layer, one heatmap per head and, on the right, the last row of each head
     (the query that makes the recommendation) as weight against distance.
 
@@ -360,7 +366,8 @@ def plot_learned_attention(patterns: Sequence[Any], suptitle: str | None = None,
 
 # ----------------------------------------------------------------------------- explorer
 def pattern_explorer_static(models: Mapping[str, nn.Module], layer: int = -1, window: int | None = None,
-                            max_distance: int | None = None, panel_size: float = 2.8, suptitle: str | None = None):
+                            max_distance: int | None = None, panel_size: float = 2.8, suptitle: str | None = None
+                            ) -> Figure:
     """Without widgets: one column per model (e.g. one FPARec per ``k``), head 1 of ``layer`` as a heatmap
     (top) and every head's last row against distance (bottom), titled with its mean KL divergence from a
     uniform row (``log w - entropy``: 0 = uniform). Returns the figure."""
@@ -400,7 +407,7 @@ def pattern_explorer_static(models: Mapping[str, nn.Module], layer: int = -1, wi
     return fig
 
 
-def pattern_explorer(models: Mapping[str, nn.Module], max_distance: int | None = None):
+def pattern_explorer(models: Mapping[str, nn.Module], max_distance: int | None = None) -> VBox:
     """An ``ipywidgets`` explorer: a slider over the models (e.g. ``{"k=2": m2, "k=10": m10, ...}``), a
     layer slider and a history-length slider; redraws :func:`plot_learned_attention`.
 
@@ -428,7 +435,7 @@ def pattern_explorer(models: Mapping[str, nn.Module], max_distance: int | None =
                                  style={"description_width": "initial"})
     out = widgets.Output()
 
-    def render(change=None) -> None:
+    def render(change: Any = None) -> None:
         model = models[model_w.value]
         patterns = learned_attention(model, min(window_w.value, model.max_len if hasattr(model, "max_len") else n))
         layer = layer_w.value - 1
