@@ -170,6 +170,7 @@ class RunStatus:
 
 
 def checkpoint_path(spec: ExperimentSpec, folder: Path) -> Path:
+    """The run's checkpoint file in ``folder``: ``<tag>_<run_id>.pt``."""
     return folder / f"{spec.tag()}_{spec.run_id()}.pt"
 
 

@@ -13,6 +13,8 @@ import math
 import statistics
 import time
 from argparse import Namespace
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +25,10 @@ from ..data.split import LeaveOneOutSplit
 from ..models import build_model
 from ..models.backbone import user_inputs
 from ..utils.device import synchronize
+
+if TYPE_CHECKING:
+    from ..attention.base import Attention
+    from ..models.backbone import SequentialRecommender
 
 
 def _register_cpu_sdpa_flops() -> None:
@@ -38,11 +44,11 @@ def _register_cpu_sdpa_flops() -> None:
 _register_cpu_sdpa_flops()
 
 
-def saved_activation_bytes(fn) -> tuple[object, int]:
+def saved_activation_bytes(fn: Callable[[], object]) -> tuple[object, int]:
     """Run ``fn()`` and return its result and the bytes of distinct storages autograd saved for backward."""
     seen: dict[int, int] = {}
 
-    def pack(t: torch.Tensor):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         try:
             storage = t.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
@@ -65,8 +71,9 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     return name, options
 
 
-def make_layer(spec: str, length: int, d_model: int, n_items: int, device: torch.device):
-    """The model's first attention layer (with the modules it shares, e.g. position tables) and the model."""
+def make_layer(spec: str, length: int, d_model: int, n_items: int, device: torch.device
+               ) -> tuple[SequentialRecommender, Attention]:
+    """The model (on ``device``) and its first attention layer (with the modules it shares, e.g. position tables)."""
     name, options = parse_spec(spec)
     options = {"dropout": 0.0, **options}
     model = build_model(name, n_items=n_items, max_len=length, n_users=6040, d_model=d_model, **options)
@@ -94,7 +101,7 @@ def measure(name: str, length: int, args: Namespace, device: torch.device) -> di
     x = torch.randn(args.batch, length, args.d_model, device=device, requires_grad=True)
     ctx.extras["input_embeddings"] = x.detach()
 
-    def step():
+    def step() -> torch.Tensor:
         y, _ = layer(x, ctx)
         return y
 

@@ -10,6 +10,10 @@ seed papers).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,7 @@ def published(paper: str | None = None, dataset: str | None = "any", model: str 
     return out
 
 
-def published_frame(**filters):
+def published_frame(**filters: str | None) -> DataFrame:
     """The records as a pandas DataFrame (one row per cell)."""
     import pandas as pd
 

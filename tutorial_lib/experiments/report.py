@@ -509,6 +509,8 @@ def _paper_label(rec: Published, loss: str, training: tuple[tuple[str, object], 
 
 
 def scorecard_table(runs: list[dict], only_run: bool = False, elsewhere: Collection[tuple[str, str]] = ()) -> str:
+    """:func:`scorecard_rows` as a Markdown table; ``only_run`` keeps the cells that have a run, each comparison
+    once."""
     rows = scorecard_rows(runs, elsewhere=elsewhere)
     if only_run:   # the cells with a run, each comparison once (an ablation's default cell repeats the main table's)
         rows = [r for r in rows if r["seeds"] and not math.isnan(r["ours"])]
@@ -576,9 +578,11 @@ class _LockerData:
                           for m in ("hr@20", "ndcg@20"))
 
     def theirs(self, dataset: str, model: str) -> tuple[float, float]:
+        """Locker's Table 1 HR@20 and NDCG@20 of ``model`` on ``dataset`` (NaN where the paper has none)."""
         return tuple(self.paper.get((dataset, model, m), math.nan) for m in ("hr@20", "ndcg@20"))
 
     def note(self) -> list[str]:
+        """Lines explaining the mark of runs selected on another protocol (none when no block has it)."""
         if not any(self.marks.values()):
             return []
         return ["", f"{OTHER_SELECTION_MARK} runs of the complete benchmark: weights selected on the validation of "
@@ -992,6 +996,7 @@ def _locker_section(runs: list[dict], table: str | None = None) -> list[str]:
 
 
 def render_results_readme(results: Path | None = None) -> str:
+    """The whole of ``results/README.md``: every table, built from ``results`` (default: ``results/runs.csv``)."""
     path = results or default_results_path()
     rows = reported_rows(path)
     runs = latest_runs(rows)
@@ -1046,6 +1051,8 @@ def render_results_readme(results: Path | None = None) -> str:
 
 
 def replace_section(text: str, section: str) -> str:
+    """``text`` with everything from its start marker to its end marker replaced by ``section`` (which carries
+    the markers itself); ValueError when ``text`` lacks a marker."""
     if START not in text or END not in text:
         raise ValueError(f"README has no {START} ... {END} markers")
     head, rest = text.split(START, 1)
@@ -1067,6 +1074,7 @@ def _check_reportable(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: print the README's results section, or ``--write`` / ``--check`` both generated files."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.experiments.report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)   # --results must not silently mean --results-readme

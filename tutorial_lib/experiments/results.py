@@ -36,6 +36,7 @@ def project_root() -> Path:
 
 
 def default_results_path() -> Path:
+    """The project's results file, ``results/runs.csv``."""
     return project_root() / "results" / "runs.csv"
 
 
@@ -199,6 +200,7 @@ def write_curve(history: list[dict], path: str | Path) -> None:
 
 
 def now_iso() -> str:
+    """The current UTC time to the second, ``2024-05-01T12:00:00Z``."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -179,6 +179,8 @@ def dataset_name(name: str) -> str:
 
 
 def load_data(spec: ExperimentSpec) -> SequenceDataset:
+    """The run's dataset: the generated one for ``"synthetic"``, else loaded from ``spec.data_dir`` (downloaded
+    first when ``spec.download`` allows it)."""
     if dataset_name(spec.dataset) == SYNTHETIC:
         return make_synthetic(seed=0)
     from ..data.loading import load_dataset

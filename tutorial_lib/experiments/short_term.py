@@ -22,7 +22,7 @@ import contextlib
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from torch import nn
 from ..data.dataset import SequenceDataset
 from ..data.split import MIN_EVAL_LENGTH
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from pandas import DataFrame
 
 #: the columns of :func:`run_short_term`'s table, in order
 TABLE_COLUMNS = ("alpha", "model", "ndcg@20", "hr@20", "ndcg@10", "hr@10", "mrr", "valid_ndcg@10", "best_epoch",
@@ -144,7 +147,8 @@ def run_short_term(data: SequenceDataset, alphas: Sequence[float] = (0.0, 0.2, 0
                    options_by_model: Mapping[str, Mapping[str, Any]] | None = None, mask_prob: float = 0.2,
                    seed: int = 0, data_seed: int = 0, device: str = "auto", eval_users: int | None = None,
                    time_budget: float | None = None, return_models: bool = False, verbose: bool = True,
-                   train_verbose: bool | None = None):
+                   train_verbose: bool | None = None
+                   ) -> DataFrame | tuple[DataFrame, dict[tuple[float, str], nn.Module]]:
     """Figure 2b/2c: for every ``α``, build :func:`short_term_dataset` and train every model on it.
 
     Every model sees the same data for a given ``α`` (``data_seed``) and starts from the same seed.
@@ -216,7 +220,7 @@ def run_short_term(data: SequenceDataset, alphas: Sequence[float] = (0.0, 0.2, 0
 
 def average_attention_map(model: nn.Module, histories: Sequence[np.ndarray], length: int = 20,
                           n_samples: int = 200, layer: int = 0, head: int = 0, seed: int = 0,
-                          return_count: bool = False):
+                          return_count: bool = False) -> np.ndarray | tuple[np.ndarray, int]:
     """Figure 2d: the mean ``(length, length)`` attention map of ``layer`` and ``head`` over users' windows.
 
     Every history with at least ``length`` items contributes its window of the last ``length`` items
