@@ -41,6 +41,7 @@ def _rel(path: Path) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m tutorial_lib.course``: ``check``, ``build-notebooks``, ``clean-solutions``."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib.course", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    """``build-notebooks``: write (or, with ``--check``, compare) the student notebooks; the exit status."""
     solutions = args.solutions or _root() / "solutions"
     notebooks = args.notebooks or _root() / "notebooks"
     report = build_notebooks(solutions, notebooks, check=args.check, force=args.force)
@@ -90,6 +92,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
+    """``clean-solutions``: normalise (or, with ``--check``, test) the solution notebooks; the exit status."""
     solutions = args.solutions or _root() / "solutions"
     report = clean_solutions(solutions, check=args.check, execute=args.execute,
                              log=lambda msg: print(msg, flush=True), only=args.names)
@@ -104,6 +107,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """``check``: print the preflight report of this machine; 1 when a required check failed."""
     from .preflight import report, run_checks
 
     text, status = report(run_checks(args.data_dir, train=not args.no_train))
@@ -112,6 +116,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; 2 for a library error, 1 for a solution cell that failed while executing."""
     args = build_parser().parse_args(argv)
     try:
         if args.command == "check":

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,7 +140,7 @@ def _comment_markers(source: str) -> set[str]:
     return found
 
 
-def checks_output(cell) -> bool:
+def checks_output(cell: nbformat.NotebookNode) -> bool:
     """Whether nbval compares this cell's output in lax mode (it has a ``# NBVAL_CHECK_OUTPUT`` line)."""
     return cell.cell_type == "code" and CHECK_OUTPUT_MARKER in _comment_markers(cell.source)
 
@@ -153,7 +154,7 @@ def _without_check_output_marker(source: str) -> str:
 
 
 # ----------------------------------------------------------------------------- whole notebooks
-def _tags(cell) -> list[str]:
+def _tags(cell: nbformat.NotebookNode) -> list[str]:
     tags = cell.get("metadata", {}).get("tags", [])
     if not isinstance(tags, list):
         raise NotebookBuildError(f"cell metadata 'tags' must be a list, got {tags!r}")
@@ -175,7 +176,7 @@ def _cell_id(index: int) -> str:
     return f"cell-{index:03d}"
 
 
-def _normalise(nb, name: str, keep_outputs_of_checked: bool) -> nbformat.NotebookNode:
+def _normalise(nb: nbformat.NotebookNode, name: str, keep_outputs_of_checked: bool) -> nbformat.NotebookNode:
     """Normalised copy: minimal metadata, stable ids, outputs stripped (except checked cells)."""
     out = nbformat.v4.new_notebook()
     out.nbformat, out.nbformat_minor = 4, NBFORMAT_MINOR
@@ -207,7 +208,7 @@ def _normalise(nb, name: str, keep_outputs_of_checked: bool) -> nbformat.Noteboo
     return out
 
 
-def validate_solution(nb, name: str = "<notebook>") -> None:
+def validate_solution(nb: nbformat.NotebookNode, name: str = "<notebook>") -> None:
     """Check the rules of a solution notebook (see the module docstring); raise on the first violation."""
     cells = nb.cells
     for index, cell in enumerate(cells):
@@ -254,7 +255,7 @@ def validate_solution(nb, name: str = "<notebook>") -> None:
                                      f"{EXERCISE_TAG!r}; add the tag (and a check cell after it)")
 
 
-def student_notebook(nb, name: str = "<notebook>") -> nbformat.NotebookNode:
+def student_notebook(nb: nbformat.NotebookNode, name: str = "<notebook>") -> nbformat.NotebookNode:
     """The student version of a solution notebook (a new object; ``nb`` is not modified)."""
     validate_solution(nb, name)
     out = _normalise(nb, name, keep_outputs_of_checked=False)
@@ -267,12 +268,12 @@ def student_notebook(nb, name: str = "<notebook>") -> nbformat.NotebookNode:
     return out
 
 
-def clean_solution(nb, name: str = "<notebook>") -> nbformat.NotebookNode:
+def clean_solution(nb: nbformat.NotebookNode, name: str = "<notebook>") -> nbformat.NotebookNode:
     """The normalised solution: outputs stripped except in ``# NBVAL_CHECK_OUTPUT`` cells, minimal metadata."""
     return _normalise(nb, name, keep_outputs_of_checked=True)
 
 
-def dumps(nb) -> str:
+def dumps(nb: nbformat.NotebookNode) -> str:
     """Deterministic JSON text of a notebook (sorted keys, indent 1, trailing newline); validates it."""
     nbformat.validate(nb)
     text = nbformat.writes(nb, version=4)
@@ -280,6 +281,7 @@ def dumps(nb) -> str:
 
 
 def read_notebook(path: str | Path) -> nbformat.NotebookNode:
+    """The notebook at ``path``, read as nbformat 4."""
     return nbformat.read(str(path), as_version=4)
 
 
@@ -300,6 +302,7 @@ class BuildReport:
 
 
 def solution_paths(solutions: str | Path) -> list[Path]:
+    """The ``*.ipynb`` files of the solutions folder, sorted; :class:`NotebookBuildError` if it does not exist."""
     folder = Path(solutions)
     if not folder.is_dir():
         raise NotebookBuildError(f"solutions folder {folder} does not exist")
@@ -364,8 +367,8 @@ def build_notebooks(solutions: str | Path, notebooks: str | Path, check: bool = 
     return report
 
 
-def clean_solutions(solutions: str | Path, check: bool = False, execute: bool = False, log=None,
-                    only: list[str] | None = None) -> BuildReport:
+def clean_solutions(solutions: str | Path, check: bool = False, execute: bool = False,
+                    log: Callable[[str], None] | None = None, only: list[str] | None = None) -> BuildReport:
     """Normalise every solution notebook in place (see :func:`clean_solution`).
 
     With ``execute=True`` each notebook is first run in smoke mode (:func:`execute_notebook`), which
@@ -391,7 +394,7 @@ def clean_solutions(solutions: str | Path, check: bool = False, execute: bool = 
     return report
 
 
-def execute_notebook(nb, cwd: str | Path, mode: str = "smoke", timeout: int = 600,
+def execute_notebook(nb: nbformat.NotebookNode, cwd: str | Path, mode: str = "smoke", timeout: int = 600,
                      extra_env: dict[str, str] | None = None,
                      cell_seconds: list[float] | None = None) -> nbformat.NotebookNode:
     """Run a notebook top to bottom in a fresh kernel (``COURSE_MODE=mode``, quiet, Agg backend).

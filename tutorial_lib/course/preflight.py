@@ -50,10 +50,12 @@ class Finding:
 
     @property
     def mark(self) -> str:
+        """The report's status column: ``ok``, ``FAIL`` (required) or ``warn`` (optional)."""
         return "ok  " if self.ok else ("FAIL" if self.required else "warn")
 
 
 def python_finding() -> Finding:
+    """This Python's version, and whether it is at least :data:`MIN_PYTHON`."""
     found = sys.version_info[:2]
     ok = found >= MIN_PYTHON
     need = ".".join(map(str, MIN_PYTHON))
@@ -61,6 +63,7 @@ def python_finding() -> Finding:
 
 
 def package_findings() -> list[Finding]:
+    """One finding per package of the environment report: found and recent enough, or how to install it."""
     findings = []
     for row in environment_report(quiet=True):
         if row["ok"]:
@@ -122,6 +125,7 @@ def environment_of(python: str) -> str | None:
 
 
 def device_finding() -> Finding:
+    """The device the notebooks will use and torch's CPU threads (a warning only, never a failure)."""
     from ..utils import resolve_device
 
     device = resolve_device("auto")

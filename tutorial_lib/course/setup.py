@@ -162,6 +162,7 @@ class NotebookEnv:
 
     @property
     def has_gpu(self) -> bool:
+        """Whether the device is a GPU (CUDA or Apple's MPS)."""
         return self.device.type in ("cuda", "mps")
 
     @property
@@ -181,6 +182,7 @@ def _device_line(device: torch.device) -> str:
 
 
 def no_gpu_warning(mode: str) -> str:
+    """The notice printed when no GPU is found, stronger for ``mode="full"``."""
     text = ("⚠ No GPU found: everything runs on the CPU. The smoke and small modes are sized for that "
             "(seconds / minutes per notebook).")
     if mode == "full":

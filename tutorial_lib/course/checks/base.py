@@ -95,6 +95,7 @@ class Case:
     label: str = ""
 
     def call_text(self, name: str) -> str:
+        """The call ``name(args..., key=value...)`` as text, big arrays shortened (:func:`short_repr`)."""
         parts = [short_repr(a) for a in self.args] + [f"{k}={short_repr(v)}" for k, v in self.kwargs.items()]
         return f"{name}({', '.join(parts)})"
 
@@ -284,6 +285,7 @@ def _masking_hint(a: np.ndarray, e: np.ndarray, wrong: np.ndarray) -> str | None
 
 # ----------------------------------------------------------------------------- running a check
 def not_done_message(name: str, library: str | None) -> str:
+    """The ⏳ message for ``name`` still being the stub: the notebook goes on with ``library``'s version."""
     where = f" ({library})" if library else ""
     return (f"{TODO_MARK} exercise not done yet: the notebook continues with the library's version{where}, so "
             f"you can read on and come back later. `{name}` still raises NotImplementedError: replace "

@@ -1,6 +1,9 @@
 """Checks of notebook 00 (welcome): turning a user's history into one training window."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import numpy as np
 
 from .base import Case, check_function, exercise_check
@@ -8,7 +11,7 @@ from .base import Case, check_function, exercise_check
 LIBRARY = "tutorial_lib.data.TrainingWindows + iterate_batches"
 
 
-def library_window(history, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+def library_window(history: Sequence[int] | np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """``(inputs, targets)`` of one history exactly as :mod:`tutorial_lib.data` batches it for training."""
     import torch
 
@@ -37,7 +40,7 @@ def window_cases(seed: int = 0, n_random: int = 12) -> list[Case]:
     return cases
 
 
-def _diagnose(case: Case, yours, expected) -> str | None:
+def _diagnose(case: Case, yours: Any, expected: tuple[np.ndarray, np.ndarray]) -> str | None:
     """Recognise the usual mistakes of this exercise."""
     try:
         inputs, targets = (np.asarray(v) for v in yours)
@@ -71,7 +74,7 @@ def _diagnose(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_make_window(make_window) -> None:
+def check_make_window(make_window: Callable[..., Any]) -> None:
     """Check ``make_window(history, max_len) -> (inputs, targets)`` against the library's batching."""
     check_function(make_window, library_window, window_cases(), library=LIBRARY,
                    output_names=("inputs", "targets"), diagnose=_diagnose,

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -77,7 +79,8 @@ NDCG_HINTS = {
 }
 
 
-def _diagnose_ndcg(case: Case, yours, expected, learner=None) -> str | None:
+def _diagnose_ndcg(case: Case, yours: Any, expected: torch.Tensor, learner: Callable[..., Any] | None = None
+                   ) -> str | None:
     ranks, k = to_numpy(case.args[0]), case.args[1]
     try:
         mine = to_numpy(yours).astype(np.float64)
@@ -105,11 +108,11 @@ def _diagnose_ndcg(case: Case, yours, expected, learner=None) -> str | None:
 
 
 @exercise_check
-def check_ndcg_at_k(ndcg_at_k) -> None:
+def check_ndcg_at_k(ndcg_at_k: Callable[..., Any]) -> None:
     """Check ``ndcg_at_k(ranks, k) -> (N,)`` against :func:`tutorial_lib.evaluation.ndcg_at_k`."""
     from ...evaluation import ndcg_at_k as reference
 
-    def diagnose(case, yours, expected):
+    def diagnose(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
         return _diagnose_ndcg(case, yours, expected, ndcg_at_k)
 
     check_function(ndcg_at_k, reference, ndcg_cases(), library=NDCG_LIBRARY, diagnose=diagnose,
@@ -172,7 +175,7 @@ NAN_HINT = ("every comparison with NaN is False, so with `>=` a NaN target beats
             "`~(scores < target_score)`: for numbers that is `>=`, and NaN then counts against the target")
 
 
-def _diagnose_rank(case: Case, yours, expected) -> str | None:
+def _diagnose_rank(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     scores, target = to_numpy(case.args[0]), to_numpy(case.args[1])
     if np.isnan(scores).any():
         return NAN_HINT
@@ -195,7 +198,7 @@ def _diagnose_rank(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_rank_of_target(rank_of_target) -> None:
+def check_rank_of_target(rank_of_target: Callable[..., Any]) -> None:
     """Check ``rank_of_target(scores, target_index) -> (B,)`` against
     :func:`tutorial_lib.evaluation.rank_of_target` (without the ``excluded`` argument)."""
     from ...evaluation import rank_of_target as reference

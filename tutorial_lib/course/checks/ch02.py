@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -16,6 +17,10 @@ import torch
 from ...utils.seeding import forked_torch_rng
 from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, fail, is_stub_error,
                    library_notice, passed, short_repr, to_numpy)
+
+if TYPE_CHECKING:
+    from ...attention import SequenceContext
+    from ...models import Block
 
 ATTENTION_LIBRARY = "tutorial_lib.attention.naive_attention"
 MASK_LIBRARY = "tutorial_lib.attention.SequenceContext.allowed"
@@ -45,8 +50,10 @@ def reference_allowed_mask(item_ids: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- exercise 1: attention
-def _qkv(rng: np.random.Generator, B: int, H: int, L: int, dh: int, scale: float = 1.0):
-    def t():
+def _qkv(rng: np.random.Generator, B: int, H: int, L: int, dh: int, scale: float = 1.0
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random ``q, k, v``, each ``(B, H, L, dh)`` float32."""
+    def t() -> torch.Tensor:
         return torch.from_numpy(rng.normal(0.0, scale, size=(B, H, L, dh)).astype(np.float32))
     return t(), t(), t()
 
@@ -80,12 +87,13 @@ def attention_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-def _attention_variants(q, k, v, allowed) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _attention_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor
+                        ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Typical mistakes, computed, so that a wrong result can be recognised."""
     dh = q.shape[-1]
     raw = q @ k.transpose(-2, -1)
 
-    def finish(logits, dim=-1, fill=float("-inf")):
+    def finish(logits: torch.Tensor, dim: int = -1, fill: float = float("-inf")) -> tuple[torch.Tensor, torch.Tensor]:
         w = torch.softmax(logits.masked_fill(~allowed, fill), dim=dim)
         return w @ v, w
 
@@ -101,17 +109,22 @@ def _attention_variants(q, k, v, allowed) -> dict[str, tuple[torch.Tensor, torch
     }
 
 
-def _mask_after_softmax(raw, v, allowed, dh):
+def _mask_after_softmax(raw: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, dh: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, weights)`` when the mask multiplies the weights after the softmax."""
     w = torch.softmax(raw / math.sqrt(dh), dim=-1) * allowed
     return w @ v, w
 
 
-def _inverted(raw, v, allowed, dh):
+def _inverted(raw: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, dh: int
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, weights)`` with the mask inverted (the allowed keys hidden)."""
     w = torch.softmax((raw / math.sqrt(dh)).masked_fill(allowed, float("-inf")), dim=-1)
     return w @ v, w
 
 
-def _no_mask(raw, v, dh):
+def _no_mask(raw: torch.Tensor, v: torch.Tensor, dh: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, weights)`` without any mask."""
     w = torch.softmax(raw / math.sqrt(dh), dim=-1)
     return w @ v, w
 
@@ -136,7 +149,7 @@ _ATTENTION_HINTS = {
 }
 
 
-def _diagnose_attention(case: Case, yours, expected) -> str | None:
+def _diagnose_attention(case: Case, yours: Any, expected: tuple[torch.Tensor, torch.Tensor]) -> str | None:
     if not isinstance(yours, (tuple, list)) or len(yours) != 2:
         return "return a pair (output, weights): output (B, H, L, d_head), weights (B, H, L, L)"
     out, w = yours
@@ -165,7 +178,7 @@ def _diagnose_attention(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_attention(attention) -> None:
+def check_attention(attention: Callable[..., Any]) -> None:
     """Check ``attention(q, k, v, allowed) -> (output, weights)`` against the library's ``naive_attention``."""
     check_function(attention, reference_attention, attention_cases(), library=ATTENTION_LIBRARY,
                    output_names=("output", "weights"), diagnose=_diagnose_attention,
@@ -174,7 +187,7 @@ def check_attention(attention) -> None:
 
 
 # ----------------------------------------------------------------------------- exercise 2: the causal mask
-def _as_bool_mask(mask, L: int, name: str) -> torch.Tensor:
+def _as_bool_mask(mask: Any, L: int, name: str) -> torch.Tensor:
     if mask is None:
         fail(f"`{name}({L})` returned None; did you forget the `return` statement?")
     expect(isinstance(mask, torch.Tensor), f"`{name}({L})` returned a value of type {type(mask).__name__}; "
@@ -203,7 +216,7 @@ def prove_no_leakage(mask: torch.Tensor, n_sequences: int = 3, d: int = 8, seed:
     gen = torch.Generator().manual_seed(seed)
     w_q, w_k, w_v = (torch.randn(d, d, generator=gen, dtype=torch.float64) for _ in range(3))
 
-    def run(x):
+    def run(x: torch.Tensor) -> torch.Tensor:
         q, k, v = ((x @ w)[:, None] for w in (w_q, w_k, w_v))  # (B, 1, L, d)
         return naive_attention(q, k, v, mask)[0][:, 0]            # (B, L, d)
 
@@ -221,7 +234,7 @@ def prove_no_leakage(mask: torch.Tensor, n_sequences: int = 3, d: int = 8, seed:
 
 
 @exercise_check
-def check_causal_mask(causal_mask) -> None:
+def check_causal_mask(causal_mask: Callable[..., Any]) -> None:
     """Prove that the learner's ``causal_mask(L)`` lets nothing leak from the future, then compare it with the
     library's mask (which also catches masks that hide too much)."""
     name = getattr(causal_mask, "__name__", "causal_mask")
@@ -256,7 +269,7 @@ def check_causal_mask(causal_mask) -> None:
     passed("no future leakage: with your mask, changing the items after position t never changed the outputs "
            "at positions <= t (L = 2, 5, 8; every cut t; 3 random sequences each).")
 
-    def _diagnose(case: Case, yours, expected) -> str | None:
+    def _diagnose(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
         m = torch.as_tensor(yours)
         if m.shape == expected.shape and torch.equal(m, ~expected):
             return ("your mask is inverted: in this course True means 'may attend' (as in "
@@ -272,6 +285,7 @@ def check_causal_mask(causal_mask) -> None:
 
 # ----------------------------------------------------------------------------- exercise 3: mask + padding
 def allowed_cases(seed: int = 0) -> list[Case]:
+    """``(B, L)`` item ids: without padding, left-padded, a padded and a full row, then random left-padded batches."""
     rng = np.random.default_rng(seed)
     cases = [
         Case((torch.tensor([[3, 7, 2]]),), label="one sequence without padding"),
@@ -289,7 +303,7 @@ def allowed_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-def _diagnose_allowed(case: Case, yours, expected) -> str | None:
+def _diagnose_allowed(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     try:
         m = torch.as_tensor(to_numpy(yours))
     except Exception:  # noqa: BLE001
@@ -337,7 +351,7 @@ def _diagnose_allowed(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_allowed_mask(allowed_mask) -> None:
+def check_allowed_mask(allowed_mask: Callable[..., Any]) -> None:
     """Check ``allowed_mask(item_ids) -> (B, 1, L, L)`` against ``SequenceContext.allowed()``."""
     check_function(allowed_mask, reference_allowed_mask, allowed_cases(), library=MASK_LIBRARY,
                    diagnose=_diagnose_allowed,
@@ -345,7 +359,8 @@ def check_allowed_mask(allowed_mask) -> None:
 
 
 # ----------------------------------------------------------------------------- attention inside heads
-def compare_in_heads(attention, d_model: int = 16, n_heads: int = 4, seed: int = 0) -> dict[str, float]:
+def compare_in_heads(attention: Callable[..., Any], d_model: int = 16, n_heads: int = 4, seed: int = 0
+                     ) -> dict[str, float]:
     """Run ``attention`` inside the heads of a library :class:`DotProductAttention` and compare.
 
     Returns the largest absolute differences of the layer output and of the weights against the library's
@@ -375,7 +390,7 @@ def compare_in_heads(attention, d_model: int = 16, n_heads: int = 4, seed: int =
 
 
 @exercise_check
-def check_attention_in_heads(attention, tol: float = 1e-5) -> None:
+def check_attention_in_heads(attention: Callable[..., Any], tol: float = 1e-5) -> None:
     """Use the learner's ``attention`` inside a 4-head :class:`DotProductAttention` and print the differences."""
     name = getattr(attention, "__name__", "attention")
     try:
@@ -427,6 +442,7 @@ def split_cases() -> list[Case]:
 
 
 def merge_cases() -> list[Case]:
+    """``(B, H, L, d_h)`` inputs: L different from H, L equal to H, then a larger case."""
     return [Case((_numbered(1, 2, 3, 2),), label="B=1, H=2, L=3, d_h=2"),
             Case((_numbered(2, 2, 2, 3),), label="B=2, H=2, L=2, d_h=3: L equals H"),
             Case((_numbered(2, 4, 5, 3),), label="B=2, H=4, L=5, d_h=3")]
@@ -458,7 +474,7 @@ _HEADS_HINTS = {
 
 def _diagnose_heads(variants: Callable[..., dict[str, torch.Tensor]]) -> Callable[..., str | None]:
     """A ``diagnose(case, yours, expected)`` for check_function that names the variant ``yours`` equals."""
-    def diagnose(case: Case, yours, expected) -> str | None:
+    def diagnose(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
         try:
             mine = torch.as_tensor(to_numpy(yours))
         except Exception:  # noqa: BLE001
@@ -471,7 +487,7 @@ def _diagnose_heads(variants: Callable[..., dict[str, torch.Tensor]]) -> Callabl
 
 
 @exercise_check
-def check_heads(split_heads, merge_heads) -> None:
+def check_heads(split_heads: Callable[..., Any], merge_heads: Callable[..., Any]) -> None:
     """Check ``split_heads(x, n_heads)`` and ``merge_heads(x)`` against the library's, then that merging undoes
     splitting."""
     n = check_function(split_heads, reference_split_heads, split_cases(), library=HEADS_LIBRARY,
@@ -491,7 +507,7 @@ BLOCK_LIBRARY = "tutorial_lib.models.Block.forward"
 BLOCK_TOL = 1e-4   # every mistake below moves the output by 0.1 or more; float rounding by ~1e-6
 
 
-def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, seed: int = 0):
+def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, seed: int = 0) -> Block:
     """A paper-layout :class:`~tutorial_lib.models.Block` whose LayerNorms have random scales and shifts (with the
     default ones, 1 and 0, two LayerNorms could not be told apart)."""
     from ...attention import DotProductAttention
@@ -506,7 +522,8 @@ def make_check_block(d_model: int = 16, n_heads: int = 4, dropout: float = 0.3, 
     return block
 
 
-def _block_inputs(seed: int = 0):
+def _block_inputs(seed: int = 0) -> tuple[torch.Tensor, SequenceContext]:
+    """A random ``(2, 6, 16)`` batch of states and the context of its ids (the first row left-padded)."""
     from ...attention import SequenceContext
 
     gen = torch.Generator().manual_seed(seed)
@@ -514,7 +531,8 @@ def _block_inputs(seed: int = 0):
     return torch.randn(2, 6, 16, generator=gen), SequenceContext.from_item_ids(ids)
 
 
-def _run_block(fn, block, x, ctx, training: bool, seed: int = 1) -> torch.Tensor:
+def _run_block(fn: Callable[..., torch.Tensor], block: Block, x: torch.Tensor, ctx: SequenceContext, training: bool,
+               seed: int = 1) -> torch.Tensor:
     """``fn(block, x, ctx)`` in training or evaluation mode, with dropout's random numbers seeded."""
     block.train(training)
     try:
@@ -524,7 +542,7 @@ def _run_block(fn, block, x, ctx, training: bool, seed: int = 1) -> torch.Tensor
         block.eval()
 
 
-def reference_block(block, x: torch.Tensor, ctx) -> torch.Tensor:
+def reference_block(block: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
     """The library's paper-layout block: ``(B, L, d)``."""
     return block(x, ctx)[0]
 
@@ -533,72 +551,73 @@ def _block_variants() -> dict[str, object]:
     """Typical mistakes, as functions of ``(block, x, ctx)``."""
     import torch.nn.functional as F
 
-    def attn(b, h, ctx):
+    def attn(b: Block, h: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         return b.attention(h, ctx)[0]
 
-    def ffn_part(b, x):   # the correct second half
+    def ffn_part(b: Block, x: torch.Tensor) -> torch.Tensor:   # the correct second half
         return x + b.dropout(b.ffn(b.ln_ffn(x)))
 
-    def post_ln(b, x, ctx):
+    def post_ln(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = b.ln_attn(x + b.dropout(attn(b, x, ctx)))
         return b.ln_ffn(x + b.dropout(b.ffn(x)))
 
-    def residual_from_norm(b, x, ctx):
+    def residual_from_norm(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         h = b.ln_attn(x)
         x = h + b.dropout(attn(b, h, ctx))
         f = b.ln_ffn(x)
         return f + b.dropout(b.ffn(f))
 
-    def attention_residual_from_norm(b, x, ctx):
+    def attention_residual_from_norm(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         h = b.ln_attn(x)
         return ffn_part(b, h + b.dropout(attn(b, h, ctx)))
 
-    def no_residual(b, x, ctx):
+    def no_residual(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = b.dropout(attn(b, b.ln_attn(x), ctx))
         return b.dropout(b.ffn(b.ln_ffn(x)))
 
-    def no_ffn_residual(b, x, ctx):
+    def no_ffn_residual(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
         return b.dropout(b.ffn(b.ln_ffn(x)))
 
-    def one_norm(b, x, ctx):
+    def one_norm(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
         return x + b.dropout(b.ffn(b.ln_attn(x)))
 
-    def stale_norm(b, x, ctx):
+    def stale_norm(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         h = b.ln_attn(x)
         x = x + b.dropout(attn(b, h, ctx))
         return x + b.dropout(b.ffn(b.ln_ffn(h)))
 
-    def ffn_unnormalised(b, x, ctx):
+    def ffn_unnormalised(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = x + b.dropout(attn(b, b.ln_attn(x), ctx))
         return x + b.dropout(b.ffn(x))
 
-    def attention_unnormalised(b, x, ctx):
+    def attention_unnormalised(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         return ffn_part(b, x + b.dropout(attn(b, x, ctx)))
 
-    def fresh_norms(b, x, ctx):
+    def fresh_norms(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         d = x.shape[-1]
         x = x + b.dropout(attn(b, F.layer_norm(x, (d,), eps=b.ln_attn.eps), ctx))
         return x + b.dropout(b.ffn(F.layer_norm(x, (d,), eps=b.ln_ffn.eps)))
 
-    def no_dropout(b, x, ctx):
+    def no_dropout(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = x + attn(b, b.ln_attn(x), ctx)
         return x + b.ffn(b.ln_ffn(x))
 
-    def dropout_after_sum(b, x, ctx):
+    def dropout_after_sum(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = b.dropout(x + attn(b, b.ln_attn(x), ctx))
         return b.dropout(x + b.ffn(b.ln_ffn(x)))
 
-    def functional_dropout(b, x, ctx):   # F.dropout's training flag defaults to True
+    def functional_dropout(b: Block, x: torch.Tensor, ctx: SequenceContext
+                           ) -> torch.Tensor:   # F.dropout's training flag defaults to True
         x = x + F.dropout(attn(b, b.ln_attn(x), ctx), b.dropout.p)
         return x + F.dropout(b.ffn(b.ln_ffn(x)), b.dropout.p)
 
-    def functional_dropout_in_training(b, x, ctx):
+    def functional_dropout_in_training(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = x + F.dropout(attn(b, b.ln_attn(x), ctx), b.dropout.p, training=b.training)
         return x + F.dropout(b.ffn(b.ln_ffn(x)), b.dropout.p, training=b.training)
 
-    def ffn_first(b, x, ctx):
+    def ffn_first(b: Block, x: torch.Tensor, ctx: SequenceContext) -> torch.Tensor:
         x = x + b.dropout(b.ffn(b.ln_ffn(x)))
         return x + b.dropout(attn(b, b.ln_attn(x), ctx))
 
@@ -646,7 +665,7 @@ _DROPOUT_RECIPE = ("right without dropout, wrong with it: apply block.dropout ex
                    "dropout)")
 
 
-def _diagnose_block(block, x, ctx, yours: torch.Tensor, training: bool) -> str:
+def _diagnose_block(block: Block, x: torch.Tensor, ctx: SequenceContext, yours: torch.Tensor, training: bool) -> str:
     for key, variant in _block_variants().items():
         with torch.no_grad():
             wrong = _run_block(variant, block, x.clone(), ctx, training)
@@ -655,7 +674,8 @@ def _diagnose_block(block, x, ctx, yours: torch.Tensor, training: bool) -> str:
     return _DROPOUT_RECIPE if training else _BLOCK_RECIPE
 
 
-def _input_gradient(fn, block, x, ctx) -> torch.Tensor:
+def _input_gradient(fn: Callable[..., torch.Tensor], block: Block, x: torch.Tensor, ctx: SequenceContext
+                    ) -> torch.Tensor:
     """``d sum(fn(block, x, ctx)) / dx`` in training mode (seeded dropout)."""
     leaf = x.clone().requires_grad_()
     out = _run_block(fn, block, leaf * 1.0, ctx, training=True)
@@ -664,7 +684,7 @@ def _input_gradient(fn, block, x, ctx) -> torch.Tensor:
 
 
 @exercise_check
-def check_block(block_forward) -> None:
+def check_block(block_forward: Callable[..., Any]) -> None:
     """Check ``block_forward(block, x, ctx) -> x`` against the paper layout of the library's ``Block.forward``:
     in evaluation mode, then in training mode with dropout's random numbers seeded alike, then its gradient."""
     name = getattr(block_forward, "__name__", "block_forward")
@@ -718,7 +738,8 @@ def check_block(block_forward) -> None:
         library_notice(name, "Block", "try writing it from the block's parts")
 
 
-def _as_block_function(forward):
+def _as_block_function(forward: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+                       ) -> Callable[[Block, torch.Tensor, SequenceContext], torch.Tensor]:
     """``(block, x, ctx) -> x`` that runs the library's ``forward`` (saved before the check watched it)."""
     return lambda block, x, ctx: forward(x, ctx)[0]
 
@@ -797,7 +818,7 @@ _VALID_CE_RECIPE = ("keep the positions with targets != 0, score them against it
                     "take F.cross_entropy(logits, t - 1)")
 
 
-def _diagnose_valid_ce(case: Case, yours, expected) -> str | None:
+def _diagnose_valid_ce(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     """The specific mistake behind a wrong loss, else the recipe."""
     try:
         arr = np.asarray(to_numpy(yours))
@@ -822,7 +843,7 @@ def _diagnose_valid_ce(case: Case, yours, expected) -> str | None:
     return _VALID_CE_RECIPE
 
 
-def _gradient_gap(valid_ce, case: Case) -> str | None:
+def _gradient_gap(valid_ce: Callable[..., Any], case: Case) -> str | None:
     """``None`` when the learner's loss has the library's gradients for ``hidden`` and ``items``, else what is
     wrong."""
     mine = [a.clone().requires_grad_(a.is_floating_point()) for a in case.args]
@@ -845,7 +866,7 @@ def _gradient_gap(valid_ce, case: Case) -> str | None:
 
 
 @exercise_check
-def check_valid_ce(valid_ce) -> None:
+def check_valid_ce(valid_ce: Callable[..., Any]) -> None:
     """Check ``valid_ce(hidden, targets, items) -> loss`` against the library's ``full_ce_loss``: the value on
     every case, then the gradients."""
     cases = valid_ce_cases()

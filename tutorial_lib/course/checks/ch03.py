@@ -17,6 +17,8 @@ read, as long as it is finite (a NaN there would spread through the next layer).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,7 +78,8 @@ def _left_padded(rng: np.random.Generator, B: int, L: int, min_real: int = 1) ->
     return valid
 
 
-def _tensor_result(out, name: str, what: str) -> torch.Tensor:
+def _tensor_result(out: Any, name: str, what: str) -> torch.Tensor:
+    """The learner's result ``out`` as a tensor; a failure naming ``what`` was expected otherwise."""
     if out is None:
         fail(f"`{name}` returned None; did you forget the `return` statement?")
     if isinstance(out, (tuple, list)):
@@ -87,7 +90,7 @@ def _tensor_result(out, name: str, what: str) -> torch.Tensor:
         fail(f"`{name}` returned {type(out).__name__}, which is not a tensor ({exc}); return {what}")
 
 
-def _zero_rows(out, keep: torch.Tensor, expected_shape: tuple[int, ...]):
+def _zero_rows(out: Any, keep: torch.Tensor, expected_shape: tuple[int, ...]) -> Any:
     """``out`` with the rows where ``keep`` is False set to 0 (when it has the expected shape; else unchanged,
     so that the comparison reports the shape)."""
     try:
@@ -136,9 +139,9 @@ def _masked_item_logits(logits: torch.Tensor, valid: torch.Tensor, diagonal: int
     return logits[:, None, :, :].masked_fill(~allowed, float("-inf"))
 
 
-def _aggregation_variants(x, logits, valid) -> dict[str, torch.Tensor]:
-    """Typical mistakes, computed, so that a wrong result can be recognised."""
-    def aggregate(w):
+def _aggregation_variants(x: torch.Tensor, logits: torch.Tensor, valid: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Typical mistakes, computed, so that a wrong result can be recognised: each ``(B, L, k, d)``."""
+    def aggregate(w: torch.Tensor) -> torch.Tensor:
         return torch.einsum("btjk,bjd->btkd", torch.nan_to_num(w), x)
 
     masked = _masked_item_logits(logits, valid)
@@ -149,7 +152,7 @@ def _aggregation_variants(x, logits, valid) -> dict[str, torch.Tensor]:
     }
 
 
-def _as_double(yours) -> torch.Tensor | None:
+def _as_double(yours: Any) -> torch.Tensor | None:
     """The learner's result as a float64 tensor, or ``None`` when it is not array-like (no diagnosis then)."""
     try:
         return torch.as_tensor(to_numpy(yours)).double()
@@ -167,7 +170,7 @@ _AGGREGATION_HINTS = {
 }
 
 
-def _diagnose_aggregation(case: Case, yours, expected) -> str | None:
+def _diagnose_aggregation(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     mine = _as_double(yours)
     if mine is None:
         return None
@@ -181,7 +184,7 @@ def _diagnose_aggregation(case: Case, yours, expected) -> str | None:
     return None
 
 
-def _aggregation_leak(fn, name: str, seed: int = 1) -> tuple[int, int, str] | None:
+def _aggregation_leak(fn: Callable[..., Any], name: str, seed: int = 1) -> tuple[int, int, str] | None:
     """Perturb the future: ``(t, j, label)`` when the interests at a real position ``t`` changed after the inputs
     at ``>= j > t`` changed, else ``None``."""
     rng = np.random.default_rng(seed)
@@ -206,7 +209,9 @@ def _aggregation_leak(fn, name: str, seed: int = 1) -> tuple[int, int, str] | No
     return None
 
 
-def _padding_changes_output(fn, name: str, args_of, shape_note: str, position_axis: int, seed: int = 2) -> bool:
+def _padding_changes_output(fn: Callable[..., Any], name: str,
+                            args_of: Callable[[np.random.Generator, torch.Tensor], tuple[tuple, tuple]],
+                            shape_note: str, position_axis: int, seed: int = 2) -> bool:
     """Whether changing the inputs at padding positions changes the outputs at real positions
     (``position_axis``: the output's sequence axis, 1 for ``(B, L, ...)``, 2 for ``(B, H, L, ...)``)."""
     rng = np.random.default_rng(seed)
@@ -222,7 +227,7 @@ def _padding_changes_output(fn, name: str, args_of, shape_note: str, position_ax
 
 
 @exercise_check
-def check_causal_interest_aggregation(causal_interest_aggregation) -> None:
+def check_causal_interest_aggregation(causal_interest_aggregation: Callable[..., Any]) -> None:
     """Check ``causal_interest_aggregation(x, logits, valid) -> (B, L, k, d)``: shape, no NaN, no leak from the
     future, padding ignored, then the values against the library."""
     fn = causal_interest_aggregation
@@ -267,7 +272,7 @@ def check_causal_interest_aggregation(causal_interest_aggregation) -> None:
     passed("no future leakage: changing the items after position t never changed the interests seen from "
            "positions <= t (every cut t, with and without padding).")
 
-    def two_inputs(rng, valid):
+    def two_inputs(rng: np.random.Generator, valid: torch.Tensor) -> tuple[tuple, tuple]:
         B, L = valid.shape
         x, logits = _f32(rng, B, L, 4), _f32(rng, B, L, 3, scale=2.0)
         x2, logits2 = x.clone(), logits.clone()
@@ -288,8 +293,8 @@ def check_causal_interest_aggregation(causal_interest_aggregation) -> None:
                         "(the softmax runs over the real items 1..t, separately for each interest)")
 
 
-def compare_aggregation_in_layer(aggregation, d_model: int = 16, n_heads: int = 2, k_interests: int = 4,
-                                 seed: int = 0) -> dict[str, float]:
+def compare_aggregation_in_layer(aggregation: Callable[..., Any], d_model: int = 16, n_heads: int = 2,
+                                 k_interests: int = 4, seed: int = 0) -> dict[str, float]:
     """Eq. 3 with ``aggregation`` building the interests of K and V, against the library's chunked layer.
 
     Returns the largest absolute difference of the layer outputs at real positions, for chunk lengths 32
@@ -337,7 +342,7 @@ def _fail_on_non_finite(diffs: dict[str, float], name: str, what: str) -> None:
 
 
 @exercise_check
-def check_aggregation_in_layer(causal_interest_aggregation, tol: float = 1e-4) -> None:
+def check_aggregation_in_layer(causal_interest_aggregation: Callable[..., Any], tol: float = 1e-4) -> None:
     """Build Eq. 3 with the learner's aggregation and compare it with the library's chunked LowRankAttention."""
     name = getattr(causal_interest_aggregation, "__name__", "causal_interest_aggregation")
     try:
@@ -390,13 +395,15 @@ def position_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-def _position_variants(p, u_q, u_k, v, valid) -> dict[str, torch.Tensor]:
+def _position_variants(p: torch.Tensor, u_q: nn.Module, u_k: nn.Module, v: torch.Tensor, valid: torch.Tensor
+                       ) -> dict[str, torch.Tensor]:
+    """Typical mistakes, computed, so that a wrong result can be recognised: each ``(B, H, L, d_h)``."""
     H = v.shape[1]
     L, d = p.shape
     dh = d // H
     allowed = torch.ones(L, L, dtype=torch.bool).tril()[None, None] & valid[:, None, None, :]
 
-    def finish(logits, dim=-1):
+    def finish(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
         w = torch.nan_to_num(torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=dim))
         return w @ v
 
@@ -422,7 +429,7 @@ _POSITION_HINTS = {
 }
 
 
-def _diagnose_position(case: Case, yours, expected) -> str | None:
+def _diagnose_position(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     mine = _as_double(yours)
     if mine is None:
         return None
@@ -441,7 +448,7 @@ def _diagnose_position(case: Case, yours, expected) -> str | None:
     return None
 
 
-def _position_leak(fn, name: str, seed: int = 3) -> tuple[int, int, str] | None:
+def _position_leak(fn: Callable[..., Any], name: str, seed: int = 3) -> tuple[int, int, str] | None:
     """Perturb the future values: ``(t, j, label)`` when the output at a real position ``t`` changed after the
     values at ``>= j > t`` changed, else ``None``."""
     rng = np.random.default_rng(seed)
@@ -467,7 +474,7 @@ def _position_leak(fn, name: str, seed: int = 3) -> tuple[int, int, str] | None:
 
 
 @exercise_check
-def check_position_attention(position_attention) -> None:
+def check_position_attention(position_attention: Callable[..., Any]) -> None:
     """Check ``position_attention(p, u_q, u_k, v, valid) -> (B, H, L, d_h)``: shape, no NaN, no leak from the
     future, padding keys ignored, then the values against the library."""
     fn = position_attention
@@ -503,7 +510,7 @@ def check_position_attention(position_attention) -> None:
              "trained on prefix samples")
     passed("no future leakage: changing the values after position t never changed the outputs at positions <= t.")
 
-    def two_inputs(rng, valid):
+    def two_inputs(rng: np.random.Generator, valid: torch.Tensor) -> tuple[tuple, tuple]:
         B, L = valid.shape
         u_q, u_k = _linear_pair(6, 7)
         p, v = _f32(rng, L, 6), _f32(rng, B, 2, L, 3)
@@ -527,8 +534,8 @@ def check_position_attention(position_attention) -> None:
                             "and padding keys with -inf; softmax over the keys (dim=-1); multiply by v")
 
 
-def compare_position_attention_in_layer(position_attention, d_model: int = 16, n_heads: int = 2, seed: int = 0
-                                        ) -> dict[str, float]:
+def compare_position_attention_in_layer(position_attention: Callable[..., Any], d_model: int = 16, n_heads: int = 2,
+                                        seed: int = 0) -> dict[str, float]:
     """Feed the learner's function with a :class:`DecoupledPositionAttention`'s ``LN(P)`` (the rows of this
     batch's columns, counted from the right), ``U_Q`` and ``U_K``, initialised as in a model (Glorot).
 
@@ -562,7 +569,7 @@ def compare_position_attention_in_layer(position_attention, d_model: int = 16, n
 
 
 @exercise_check
-def check_position_attention_in_layer(position_attention, tol: float = 1e-5) -> None:
+def check_position_attention_in_layer(position_attention: Callable[..., Any], tol: float = 1e-5) -> None:
     """The learner's function on a real :class:`DecoupledPositionAttention` (table rows counted from the right)."""
     name = getattr(position_attention, "__name__", "position_attention")
     try:

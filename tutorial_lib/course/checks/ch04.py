@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +29,9 @@ from torch import nn
 from ...utils.seeding import forked_torch_rng
 from .base import (Case, CheckFailed, ExerciseNotDone, call_learner, check_function, exercise_check, expect, fail, not_done_message,
                    passed, to_numpy)
+
+if TYPE_CHECKING:
+    from ...attention import SequenceContext
 
 PA_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention"
 FACTORIZED_LIBRARY = "tutorial_lib.attention.positional.PositionalAttention(kind='factorized').pattern_logits"
@@ -80,7 +85,8 @@ def reference_factorized_logits(f1: torch.Tensor, f2: torch.Tensor, d_head: int)
 
 # ----------------------------------------------------------------------------- exercise 1: positional attention
 def _batch(rng: np.random.Generator, B: int, H: int, n: int, L: int, dh: int, pad: list[int] | None = None,
-           scale: float = 1.0):
+           scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logits (H, n, n), positions (L,), v (B, H, L, dh), valid (B, L))``, row ``b`` padded by ``pad[b]``."""
     logits = torch.from_numpy(rng.normal(0.0, scale, size=(H, n, n)).astype(np.float32))
     v = torch.from_numpy(rng.normal(0.0, 1.0, size=(B, H, L, dh)).astype(np.float32))
     valid = torch.ones(B, L, dtype=torch.bool)
@@ -109,7 +115,8 @@ def positional_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-def _variants(logits, positions, v, valid) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _variants(logits: torch.Tensor, positions: torch.Tensor, v: torch.Tensor, valid: torch.Tensor
+              ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Typical mistakes, computed, so that a wrong result can be recognised."""
     H, n, _ = logits.shape
     L = valid.shape[1]
@@ -118,7 +125,8 @@ def _variants(logits, positions, v, valid) -> dict[str, tuple[torch.Tensor, torc
     eye = torch.eye(L, dtype=torch.bool)
     allowed = _allowed(valid)
 
-    def finish(lg, mask, fill=float("-inf"), dim=-1):
+    def finish(lg: torch.Tensor, mask: torch.Tensor, fill: float = float("-inf"), dim: int = -1
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         w = torch.softmax(lg.masked_fill(~mask, fill), dim=dim)
         return w @ v, w
 
@@ -156,7 +164,8 @@ _PA_HINTS = {
 }
 
 
-def _matching_mistakes(case: Case, yours) -> list[str]:
+def _matching_mistakes(case: Case, yours: Any) -> list[str]:
+    """The keys of :func:`_variants` whose output and weights both equal the learner's ``yours``."""
     try:
         out, w = (to_numpy(x) for x in yours)
     except Exception:  # noqa: BLE001
@@ -169,7 +178,8 @@ def _matching_mistakes(case: Case, yours) -> list[str]:
     return found
 
 
-def _diagnose_pa(case: Case, yours, expected, learner=None) -> str | None:
+def _diagnose_pa(case: Case, yours: Any, expected: tuple[torch.Tensor, torch.Tensor],
+                 learner: Callable[..., Any] | None = None) -> str | None:
     if not isinstance(yours, (tuple, list)) or len(yours) != 2:
         return "return a pair (output, weights): output (B, H, L, d_head), weights (B, H, L, L)"
     try:
@@ -212,8 +222,8 @@ def _diagnose_pa(case: Case, yours, expected, learner=None) -> str | None:
     return " -- or: ".join(_PA_HINTS[k] for k in found) if found else None
 
 
-def prove_no_leakage_positional(fn, name: str = "positional_attention", n_trials: int = 3, seed: int = 0
-                                ) -> str | None:
+def prove_no_leakage_positional(fn: Callable[..., Any], name: str = "positional_attention", n_trials: int = 3,
+                                seed: int = 0) -> str | None:
     """``None`` if ``fn``'s outputs at real positions never depend on the future or on padding, else a sentence
     saying what leaked.
 
@@ -253,7 +263,7 @@ def prove_no_leakage_positional(fn, name: str = "positional_attention", n_trials
 
 
 @exercise_check
-def check_positional_attention(positional_attention) -> None:
+def check_positional_attention(positional_attention: Callable[..., Any]) -> None:
     """Compare ``positional_attention(logits, positions, v, valid) -> (output, weights)`` with the library and
     prove that nothing leaks from the future or the padding."""
     name = getattr(positional_attention, "__name__", "positional_attention")
@@ -271,9 +281,10 @@ def check_positional_attention(positional_attention) -> None:
 
 # ----------------------------------------------------------------------------- exercise 2: factorised logits
 def factorized_cases(seed: int = 0) -> list[Case]:
+    """``(f1, f2, d_head)`` with ``(H, n, k)`` factors: one head first, then two heads, then random sizes."""
     rng = np.random.default_rng(seed)
 
-    def f(H, n, k, std=0.2):
+    def f(H: int, n: int, k: int, std: float = 0.2) -> torch.Tensor:
         return torch.from_numpy(rng.normal(0.0, std, size=(H, n, k)).astype(np.float32))
 
     cases = [Case((f(1, 3, 1), f(1, 3, 1), 4), label="1 head, n = 3, rank k = 1"),
@@ -302,7 +313,7 @@ _FACT_HINTS = {
 }
 
 
-def _diagnose_fact(case: Case, yours, expected) -> str | None:
+def _diagnose_fact(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     f1, f2, d_head = case.args
     try:
         y = to_numpy(yours)
@@ -332,7 +343,7 @@ def _diagnose_fact(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_factorized_logits(factorized_logits) -> None:
+def check_factorized_logits(factorized_logits: Callable[..., Any]) -> None:
     """Compare ``factorized_logits(f1, f2, d_head) -> (H, n, n)`` with FPARec's pattern in the library."""
     name = getattr(factorized_logits, "__name__", "factorized_logits")
     check_function(factorized_logits, reference_factorized_logits, factorized_cases(), name=name,
@@ -353,12 +364,16 @@ def check_factorized_logits(factorized_logits) -> None:
 class _LearnersPositionalAttention(nn.Module):
     """A library FPARec attention layer whose computation uses the learner's two functions."""
 
-    def __init__(self, library_layer: nn.Module, factorized_logits, positional_attention):
+    def __init__(self, library_layer: nn.Module, factorized_logits: Callable[..., Any],
+                 positional_attention: Callable[..., Any]):
         super().__init__()
         self.lib = library_layer
         self.factorized_logits, self.positional_attention = factorized_logits, positional_attention
 
-    def forward(self, x, ctx, memory=None):
+    def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, Any]:
+        """``x`` ``(B, L, d)`` -> ``(B, L, d)`` and, with ``ctx.need_weights``, the learner's ``(B, H, L, L)``
+        weights (else ``None``)."""
         from ...attention.base import merge_heads, split_heads
 
         lib = self.lib
@@ -380,7 +395,8 @@ def _tiny_fparec(seed: int = 0):
     return model
 
 
-def compare_in_fparec(factorized_logits, positional_attention) -> dict[str, float]:
+def compare_in_fparec(factorized_logits: Callable[..., Any], positional_attention: Callable[..., Any]
+                      ) -> dict[str, float]:
     """Run a 2-layer FPARec with the learner's functions in every layer; return the largest differences from the
     library (hidden states at real positions, attention weights) and the largest change of an earlier hidden
     state when later items change (must be 0), and between a full and a trimmed window."""
@@ -413,7 +429,8 @@ def compare_in_fparec(factorized_logits, positional_attention) -> dict[str, floa
 
 
 @exercise_check
-def check_in_fparec(factorized_logits, positional_attention=None, tol: float = 1e-4) -> None:
+def check_in_fparec(factorized_logits: Callable[..., Any], positional_attention: Callable[..., Any] | None = None,
+                    tol: float = 1e-4) -> None:
     """Your ``factorized_logits`` and ``positional_attention`` in every layer of a small FPARec model: the same
     hidden states and weights as the library, nothing leaks from later items, trimming the padding changes nothing.
 
@@ -527,7 +544,7 @@ _COUNT_RECIPE = ("count each nn.Linear as d * d + d and each head's pattern as i
                  "two n x k factors for FPARec); SASRec has W_Q, W_K, W_V and W_O, the positional models only W_V")
 
 
-def _diagnose_count(case: Case, yours, expected) -> str | None:
+def _diagnose_count(case: Case, yours: Any, expected: int) -> str | None:
     """The specific mistake behind a wrong count, else the recipe."""
     try:
         arr = np.asarray(to_numpy(yours))
@@ -544,7 +561,7 @@ def _diagnose_count(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_attention_parameters(attention_parameters) -> None:
+def check_attention_parameters(attention_parameters: Callable[..., Any]) -> None:
     """Check ``attention_parameters(name, d, h, n, k) -> int`` against the parameters counted in the library's
     modules, for SASRec, PARec, FPARec and a handcrafted pattern at four settings."""
     try:

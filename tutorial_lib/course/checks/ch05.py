@@ -9,6 +9,8 @@ small deterministic cases and, for the causal versions, **proves** that nothing 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,6 +33,7 @@ def reference_window_mask(L: int, s: int, causal: bool) -> torch.Tensor:
 
 
 def window_cases() -> list[Case]:
+    """``(L, s, causal)``: a single position first, then five sizes, each causal and bidirectional."""
     cases = []
     for L, s in ((4, 1), (6, 2), (8, 3), (5, 4), (9, 1)):
         for causal in (True, False):
@@ -74,7 +77,7 @@ _WINDOW_HINTS = {
 }
 
 
-def _diagnose_window(case: Case, yours, expected) -> str | None:
+def _diagnose_window(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     try:
         m = torch.as_tensor(to_numpy(yours))
     except Exception:  # noqa: BLE001
@@ -93,7 +96,7 @@ def _diagnose_window(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_window_mask(window_mask) -> None:
+def check_window_mask(window_mask: Callable[..., Any]) -> None:
     """Check ``window_mask(L, s, causal) -> (L, L) bool`` against the library's ``local_window``; for the
     causal windows, first make sure that no query can see a future key."""
     name = getattr(window_mask, "__name__", "window_mask")
@@ -139,13 +142,16 @@ def reference_conv_encoder(v: torch.Tensor, weight: torch.Tensor, bias: torch.Te
         return layer._conv(v[:, None], None)[:, 0]
 
 
-def _conv_inputs(rng: np.random.Generator, B: int, L: int, dh: int, taps: int):
-    def t(*shape, scale=1.0):
+def _conv_inputs(rng: np.random.Generator, B: int, L: int, dh: int, taps: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random ``v`` ``(B, L, dh)``, Conv1d ``weight`` ``(dh, dh, taps)`` and ``bias`` ``(dh,)``."""
+    def t(*shape: int, scale: float = 1.0) -> torch.Tensor:
         return torch.from_numpy(rng.normal(0.0, scale, size=shape).astype(np.float32))
     return t(B, L, dh), t(dh, dh, taps, scale=0.5), t(dh, scale=0.3)
 
 
 def conv_cases(seed: int = 0) -> list[Case]:
+    """``(v, weight, bias, causal)``: one channel, causal, first; then more taps, bidirectional, random sizes."""
     rng = np.random.default_rng(seed)
     cases = [Case((*_conv_inputs(rng, 1, 4, 1, 2), True), label="1 sequence, d_h = 1, s = 1 (2 taps), causal")]
     cases.append(Case((*_conv_inputs(rng, 1, 5, 2, 3), True), label="s = 2 (3 taps), causal"))
@@ -160,7 +166,8 @@ def conv_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-def _conv_variants(v, weight, bias, causal) -> dict[str, torch.Tensor]:
+def _conv_variants(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, causal: bool) -> dict[str, torch.Tensor]:
+    """Typical mistakes, computed, so that a wrong result can be recognised: each ``(B, L, d_h)``."""
     taps = weight.shape[-1]
     x = v.transpose(1, 2)
     s = taps - 1 if causal else (taps - 1) // 2
@@ -188,7 +195,7 @@ _CONV_HINTS = {
 }
 
 
-def _diagnose_conv(case: Case, yours, expected) -> str | None:
+def _diagnose_conv(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     try:
         out = to_numpy(yours)
     except Exception:  # noqa: BLE001
@@ -206,7 +213,8 @@ def _diagnose_conv(case: Case, yours, expected) -> str | None:
     return None
 
 
-def conv_leak(conv_encoder, L: int = 7, dh: int = 3, s: int = 2, seed: int = 0) -> tuple[int, int] | None:
+def conv_leak(conv_encoder: Callable[..., Any], L: int = 7, dh: int = 3, s: int = 2, seed: int = 0
+              ) -> tuple[int, int] | None:
     """``None`` if the causal ``conv_encoder`` never lets the future in; else the first ``(t, j)`` such that
     the output at ``t`` changed when the values at positions ``>= j > t`` changed."""
     gen = torch.Generator().manual_seed(seed)
@@ -229,7 +237,7 @@ def conv_leak(conv_encoder, L: int = 7, dh: int = 3, s: int = 2, seed: int = 0) 
 
 
 @exercise_check
-def check_conv_encoder(conv_encoder) -> None:
+def check_conv_encoder(conv_encoder: Callable[..., Any]) -> None:
     """Prove that the learner's causal ``conv_encoder(v, weight, bias, causal=True)`` does not read the future,
     then compare it with the library's convolutional local head (causal and bidirectional)."""
     name = getattr(conv_encoder, "__name__", "conv_encoder")
@@ -278,6 +286,7 @@ def reference_biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
 
 def gaussian_cases() -> list[Case]:
+    """``(L, a, b)`` of the distance bias: L = 1 first, then the defaults, then other heights and widths."""
     # L = 1 with a = 2: a missing diagonal (0) and a logarithm (ln 2) then give different wrong values
     return [Case((1, 2.0, 0.5), label="L = 1, a = 2"), Case((4,), label="L = 4, a = 1, b = 0.5 (the defaults)"),
             Case((6, 2.0, 0.5), label="a = 2"), Case((7, 1.0, 4.0), label="b = 4: a wider bump"),
@@ -317,7 +326,7 @@ _GAUSSIAN_HINTS = {
 }
 
 
-def _diagnose_gaussian(case: Case, yours, expected) -> str | None:
+def _diagnose_gaussian(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     try:
         m = torch.as_tensor(to_numpy(yours)).float()
     except Exception:  # noqa: BLE001
@@ -330,13 +339,16 @@ def _diagnose_gaussian(case: Case, yours, expected) -> str | None:
     return None
 
 
-def _qkv_bias(rng: np.random.Generator, B: int, H: int, L: int, dh: int, scale: float = 1.0):
-    def t(*shape, s=scale):
+def _qkv_bias(rng: np.random.Generator, B: int, H: int, L: int, dh: int, scale: float = 1.0
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random ``q, k, v`` ``(B, H, L, dh)`` and a random ``(L, L)`` bias."""
+    def t(*shape: int, s: float = scale) -> torch.Tensor:
         return torch.from_numpy(rng.normal(0.0, s, size=shape).astype(np.float32))
     return t(B, H, L, dh), t(B, H, L, dh), t(B, H, L, dh), t(L, L, s=1.5)
 
 
 def _allowed(L: int, ids: torch.Tensor | None = None, causal: bool = True) -> torch.Tensor:
+    """``(B, 1, L, L)`` the library's mask for ``ids`` (default: one row of ``L`` real items)."""
     from ...attention import SequenceContext
 
     ids = torch.ones(1, L, dtype=torch.long) if ids is None else ids
@@ -358,11 +370,13 @@ def biased_attention_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-def _biased_variants(q, k, v, bias, allowed) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _biased_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, allowed: torch.Tensor
+                     ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Typical mistakes, computed, so that a wrong result can be recognised: ``(output, weights)`` each."""
     raw = q @ k.transpose(-2, -1)
     logits = raw / math.sqrt(q.shape[-1])
 
-    def finish(x, mask=True):
+    def finish(x: torch.Tensor, mask: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         w = torch.softmax(x.masked_fill(~allowed, float("-inf")) if mask else x, dim=-1)
         return w @ v, w
 
@@ -407,7 +421,7 @@ _BIASED_HINTS = {
 }
 
 
-def _diagnose_biased(case: Case, yours, expected) -> str | None:
+def _diagnose_biased(case: Case, yours: Any, expected: tuple[torch.Tensor, torch.Tensor]) -> str | None:
     if not isinstance(yours, (tuple, list)) or len(yours) != 2:
         return "return a pair (output, weights): output (B, H, L, d_h), weights (B, H, L, L)"
     try:
@@ -422,7 +436,8 @@ def _diagnose_biased(case: Case, yours, expected) -> str | None:
     return None
 
 
-def local_head_difference(gaussian_bias, biased_attention, L: int = 7, seed: int = 0) -> dict[str, float]:
+def local_head_difference(gaussian_bias: Callable[..., Any], biased_attention: Callable[..., Any], L: int = 7,
+                          seed: int = 0) -> dict[str, float]:
     """Run the learner's two functions as the local head of a library ``LocalAttention(encoder='initial')`` at
     initialisation (causal, with padding) and return the largest differences from the library's local head."""
     from ...attention import SequenceContext, split_heads
@@ -447,7 +462,8 @@ def local_head_difference(gaussian_bias, biased_attention, L: int = 7, seed: int
 
 
 @exercise_check
-def check_distance_bias(gaussian_bias, biased_attention, tol: float = 1e-5) -> None:
+def check_distance_bias(gaussian_bias: Callable[..., Any], biased_attention: Callable[..., Any],
+                        tol: float = 1e-5) -> None:
     """Check ``gaussian_bias(L, a=1.0, b=0.5) -> (L, L)`` and ``biased_attention(q, k, v, bias, allowed) ->
     (output, weights)``, then run both as the local head of the library's ``initial`` encoder."""
     g_name = getattr(gaussian_bias, "__name__", "gaussian_bias")

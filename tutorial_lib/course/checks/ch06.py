@@ -12,6 +12,8 @@ skew-normal sampler of Eq. 13.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,7 +74,7 @@ def _counting_variants(cooc: torch.Tensor, counts: torch.Tensor) -> dict[str, to
     outer = counts[:, :, None] * counts[:, None, :]
     same = counts[:, :, None] ** 2
 
-    def safe(x, denom=outer):
+    def safe(x: torch.Tensor, denom: torch.Tensor = outer) -> torch.Tensor:
         return torch.where(denom > 0, x, torch.zeros(()))
 
     return {
@@ -94,7 +96,7 @@ _COUNTING_HINTS = {
 }
 
 
-def _diagnose_counting(case: Case, yours, expected) -> str | None:
+def _diagnose_counting(case: Case, yours: Any, expected: torch.Tensor) -> str | None:
     try:
         mine = to_numpy(yours).astype(float)
     except Exception:  # noqa: BLE001
@@ -119,7 +121,7 @@ def _diagnose_counting(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_counting_kernel(counting_kernel) -> None:
+def check_counting_kernel(counting_kernel: Callable[..., Any]) -> None:
     """Check ``counting_kernel(cooc, counts) -> (B, L, L)`` against the library's."""
     check_function(counting_kernel, reference_counting_kernel, counting_cases(), library=COUNTING_LIBRARY,
                    diagnose=_diagnose_counting,
@@ -138,13 +140,15 @@ def library_noise(shape: tuple[int, ...], seed: int, dtype: torch.dtype = torch.
     return y0, eps
 
 
-def reference_sample_z(xi, omega, delta, chol, y0, eps):
-    """Eq. 13 given the noise: ``ξ + ω (δ |y0| + sqrt(1 - δ²) (eps Lᵀ))``."""
+def reference_sample_z(xi: torch.Tensor, omega: torch.Tensor, delta: torch.Tensor, chol: torch.Tensor,
+                       y0: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+    """Eq. 13 given the noise: ``ξ + ω (δ |y0| + sqrt(1 - δ²) (eps Lᵀ))``. ``xi, omega, delta, eps`` ``(..., R, N)``,
+    ``chol`` ``(..., N, N)``, ``y0`` ``(..., R, 1)`` -> ``(..., R, N)``."""
     y = eps @ chol.transpose(-2, -1)
     return xi + omega * (delta * y0.abs() + torch.sqrt(1.0 - delta ** 2) * y)
 
 
-def random_correlation(n: int, rng: np.random.Generator, dtype=torch.float32) -> torch.Tensor:
+def random_correlation(n: int, rng: np.random.Generator, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A random ``(n, n)`` correlation matrix (unit diagonal, positive definite)."""
     a = rng.normal(size=(n, n + 2))
     cov = a @ a.T + 0.1 * np.eye(n)
@@ -156,7 +160,7 @@ def sampler_cases(seed: int = 0) -> list[tuple[Case, int]]:
     """``(case, noise seed)`` pairs: one coordinate, three correlated keys, a batch of heads and rows, δ = 0."""
     rng = np.random.default_rng(seed)
 
-    def params(shape, delta_max=0.95):
+    def params(shape: tuple[int, ...], delta_max: float = 0.95) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         xi = torch.tensor(rng.normal(size=shape), dtype=torch.float32)
         omega = torch.tensor(rng.uniform(0.3, 2.0, size=shape), dtype=torch.float32)
         delta = torch.tensor(rng.uniform(0.0, delta_max, size=shape), dtype=torch.float32)
@@ -183,7 +187,9 @@ def sampler_cases(seed: int = 0) -> list[tuple[Case, int]]:
     return out
 
 
-def _sampler_variants(xi, omega, delta, chol, y0, eps) -> dict[str, torch.Tensor]:
+def _sampler_variants(xi: torch.Tensor, omega: torch.Tensor, delta: torch.Tensor, chol: torch.Tensor,
+                      y0: torch.Tensor, eps: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Typical mistakes, computed, so that a wrong result can be recognised: each of ``xi``'s shape."""
     s = torch.sqrt(1.0 - delta ** 2)
     y = eps @ chol.transpose(-2, -1)
     variants = {}
@@ -236,7 +242,7 @@ _SAMPLER_HINTS = {
 }
 
 
-def _diagnose_sampler(case: Case, yours) -> str | None:
+def _diagnose_sampler(case: Case, yours: Any) -> str | None:
     try:
         mine = to_numpy(yours).astype(float)
     except Exception:  # noqa: BLE001
@@ -248,7 +254,7 @@ def _diagnose_sampler(case: Case, yours) -> str | None:
     return None
 
 
-def moment_table(sample_z, n_samples: int = 200_000, seed: int = 0) -> dict[str, torch.Tensor]:
+def moment_table(sample_z: Callable[..., Any], n_samples: int = 200_000, seed: int = 0) -> dict[str, torch.Tensor]:
     """Draw ``n_samples`` rows of 3 correlated keys with ``sample_z`` and return the empirical and closed-form
     moments: ``mean``, ``mean_closed``, ``cov``, ``cov_closed`` (Azzalini–Dalla Valle),
     ``cov_naive`` (``ω ψ ω``, what Eq. 4 would suggest), the parameters and their standard errors."""
@@ -277,7 +283,7 @@ def moment_table(sample_z, n_samples: int = 200_000, seed: int = 0) -> dict[str,
 
 
 @exercise_check
-def check_skew_normal_sampler(sample_z, n_samples: int = 200_000) -> None:
+def check_skew_normal_sampler(sample_z: Callable[..., Any], n_samples: int = 200_000) -> None:
     """Check ``sample_z(xi, omega, delta, chol, y0, eps)``: the library's sample for the same noise, then the
     mean and covariance of many samples against the closed forms."""
     name = getattr(sample_z, "__name__", "sample_z")

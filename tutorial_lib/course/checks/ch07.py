@@ -6,6 +6,7 @@ The references are :func:`tutorial_lib.viz.benchmark.mean_std` and :func:`tutori
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,13 +18,15 @@ PAIRED_T_LIBRARY = "tutorial_lib.viz.benchmark.paired_t"
 
 
 # ----------------------------------------------------------------------------- references
-def reference_mean_std(values) -> tuple[float, float, int]:
+def reference_mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+    """The library's ``(mean, sample standard deviation, n)`` of the non-NaN values."""
     from ...viz.benchmark import mean_std
 
     return mean_std(values)
 
 
-def reference_paired_t(a, b) -> tuple[float, float, float]:
+def reference_paired_t(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+    """The library's paired comparison of ``a`` and ``b``: ``(mean_diff, std_err, t)``."""
     from ...viz.benchmark import paired_t
 
     return paired_t(a, b)
@@ -50,6 +53,7 @@ def _mean_std_result(result: Any) -> Any:
 
 # ----------------------------------------------------------------------------- exercise 1: mean ± std
 def mean_std_cases() -> list[Case]:
+    """Seed results as lists and arrays, with the edge cases: a NaN, a single seed, no value, only NaN."""
     rng = np.random.default_rng(7)
     return [
         Case(([0.10, 0.12, 0.14],), label="three seeds"),
@@ -63,7 +67,7 @@ def mean_std_cases() -> list[Case]:
     ]
 
 
-def _diagnose_mean_std(case: Case, yours, expected) -> str | None:
+def _diagnose_mean_std(case: Case, yours: Any, expected: tuple[float, float, int]) -> str | None:
     values = np.asarray(case.args[0], dtype=float)
     finite = values[~np.isnan(values)]
     if not isinstance(yours, (tuple, list)) or len(yours) != 3:
@@ -88,7 +92,7 @@ def _diagnose_mean_std(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_mean_std(mean_std) -> None:
+def check_mean_std(mean_std: Callable[..., Any]) -> None:
     """Check ``mean_std(values) -> (mean, std, n)`` against the library's version."""
     check_function(lambda values: _mean_std_result(mean_std(values)), reference_mean_std, mean_std_cases(),
                    name=getattr(mean_std, "__name__", "mean_std"), library=MEAN_STD_LIBRARY,
@@ -99,6 +103,7 @@ def check_mean_std(mean_std) -> None:
 
 # ----------------------------------------------------------------------------- exercise 2: paired comparison
 def paired_t_cases() -> list[Case]:
+    """Pairs of equal-length samples: a few seeds, 200 users, a worse method, then zero standard errors."""
     rng = np.random.default_rng(11)
     users = rng.uniform(0.0, 1.0, size=200)
     a_users = np.clip(users + rng.normal(0.03, 0.1, size=200), 0.0, 1.0)
@@ -145,7 +150,7 @@ _PAIRED_HINTS = {
 }
 
 
-def _diagnose_paired_t(case: Case, yours, expected) -> str | None:
+def _diagnose_paired_t(case: Case, yours: Any, expected: tuple[float, float, float]) -> str | None:
     if not isinstance(yours, (tuple, list)) or len(yours) != 3:
         return "return three values: (mean_diff, std_err, t)"
     try:
@@ -164,7 +169,7 @@ def _diagnose_paired_t(case: Case, yours, expected) -> str | None:
 
 
 @exercise_check
-def check_paired_t(paired_t) -> None:
+def check_paired_t(paired_t: Callable[..., Any]) -> None:
     """Check ``paired_t(a, b) -> (mean_diff, std_err, t)`` against the library's version."""
     check_function(lambda a, b: _scalars(paired_t(a, b)), reference_paired_t, paired_t_cases(),
                    name=getattr(paired_t, "__name__", "paired_t"), library=PAIRED_T_LIBRARY,
