@@ -59,6 +59,7 @@ class TrainingWindows:
 
     @classmethod
     def from_train(cls, train: list[np.ndarray], max_len: int) -> "TrainingWindows":
+        """The most recent window of every user of ``train`` (per-user item arrays) with at least 2 items."""
         if max_len < 2:
             raise ConfigError(f"max_len must be >= 2, got {max_len}")
         users = np.array([u for u, s in enumerate(train) if len(s) >= 2], dtype=np.int64)
@@ -73,6 +74,7 @@ class TrainingWindows:
                    torch.from_numpy(np.concatenate(histories)), torch.from_numpy(starts), torch.from_numpy(full))
 
     def __len__(self) -> int:
+        """Number of windows ``N``."""
         return len(self.users)
 
     def n_targets(self) -> int:
@@ -112,6 +114,7 @@ class Batch:
     targets: torch.Tensor
 
     def to(self, device: torch.device) -> "Batch":
+        """The batch on ``device`` (inputs and targets copied without blocking)."""
         return Batch(self.users.to(device), self.inputs.to(device, non_blocking=True),
                      self.targets.to(device, non_blocking=True))
 
@@ -197,6 +200,7 @@ class PrefixSamples:
 
     @classmethod
     def from_train(cls, train: list[np.ndarray], max_len: int) -> "PrefixSamples":
+        """Every prefix of ``train`` (per-user item arrays): ``n - 1`` samples for a user with ``n`` items."""
         if max_len < 1:
             raise ConfigError(f"max_len must be >= 1, got {max_len}")
         counts = np.array([max(len(s) - 1, 0) for s in train], dtype=np.int64)
@@ -208,6 +212,7 @@ class PrefixSamples:
         return cls(train, users, ends, max_len)
 
     def __len__(self) -> int:
+        """Number of samples (prefixes)."""
         return len(self.users)
 
 

@@ -96,6 +96,7 @@ class CooccurrenceTable:
     # ---------------------------------------------------------------- lookups
     @property
     def nbytes(self) -> int:
+        """Bytes of the pair counts: the dense matrix, or the sparse keys and values (per-item counts aside)."""
         if self.dense:
             return self.matrix.numel() * 4
         return self.keys.numel() * 8 + self.values.numel() * 4

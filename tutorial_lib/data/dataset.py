@@ -24,6 +24,7 @@ class DatasetStats:
     density: float
 
     def as_dict(self) -> dict[str, float | int]:
+        """The statistics as a plain dict."""
         return dict(self.__dict__)
 
 
@@ -48,6 +49,7 @@ class SequenceDataset:
     meta: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Store the sequences as int64 arrays; ValueError for no user, an empty sequence or an id out of range."""
         self.sequences = [np.asarray(s, dtype=np.int64) for s in self.sequences]
         if not self.sequences:
             raise ValueError(f"dataset {self.name!r} has no users")
@@ -63,6 +65,7 @@ class SequenceDataset:
 
     @property
     def n_users(self) -> int:
+        """Number of users (sequences)."""
         return len(self.sequences)
 
     def lengths(self) -> np.ndarray:

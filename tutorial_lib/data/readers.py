@@ -64,6 +64,7 @@ class Ratings:
     source: str
 
     def __len__(self) -> int:
+        """Number of ratings (lines of the file)."""
         return int(self.users.size)
 
 

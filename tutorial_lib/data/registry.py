@@ -119,6 +119,7 @@ class DatasetSpec:
 
     @property
     def required_files(self) -> tuple[FileSpec, ...]:
+        """The files the dataset cannot be loaded without, in order."""
         return tuple(f for f in self.files if f.required)
 
     def file(self, filename: str) -> FileSpec:

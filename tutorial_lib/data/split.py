@@ -35,6 +35,7 @@ class LeaveOneOutSplit:
 
     @property
     def n_users(self) -> int:
+        """Number of users (evaluated or not)."""
         return len(self.train)
 
     def eval_users(self, stage: str) -> np.ndarray:
@@ -42,6 +43,7 @@ class LeaveOneOutSplit:
         return np.flatnonzero(self.targets(stage) > 0)
 
     def targets(self, stage: str) -> np.ndarray:
+        """``(n_users,)`` target item of every user at ``stage`` (``"valid"`` or ``"test"``), 0 when not evaluated."""
         if stage == "valid":
             return self.valid_target
         if stage == "test":
