@@ -36,6 +36,7 @@ def lock_file(fh: IO, blocking: bool = True) -> bool:
 
 
 def unlock_file(fh: IO) -> None:
+    """Release the lock :func:`lock_file` took on the open file ``fh``."""
     if os.name == "nt":
         import msvcrt
 
@@ -67,6 +68,7 @@ class HeldLock:
         self.path, self._fh = path, fh
 
     def release(self) -> None:
+        """Remove the lock file (where the OS allows it), unlock and close it; a second call does nothing."""
         if self._fh.closed:
             return
         try:
