@@ -26,7 +26,7 @@ import sys
 import time
 
 
-from tutorial_lib.cli import parse_option
+from tutorial_lib.options import parse_key_value
 from tutorial_lib.data import leave_one_out, load_or_synthetic
 from tutorial_lib.data.batching import TrainingWindows
 from tutorial_lib.evaluation import Evaluator
@@ -52,7 +52,7 @@ def training_cells(model, split, max_len: int) -> str:
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:
     """``"sasrec:layout=tf,embedding_scale=false"`` -> ``("sasrec", {"layout": "tf", "embedding_scale": False})``."""
     name, _, options = text.partition(":")
-    return name, dict(parse_option(item) for item in options.split(",") if item)
+    return name, dict(parse_key_value(item) for item in options.split(",") if item)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,26 +11,17 @@ import warnings
 from pathlib import Path
 
 from .errors import ConfigError, TutorialLibError
+from .options import parse_key_value
 
 EPILOG = "Without --dataset, `train` runs on the embedded synthetic data (offline, about a minute on a CPU)."
 
 
 def parse_option(text: str) -> tuple[str, object]:
     """``key=value`` with the value parsed as int, float, bool or None when it looks like one."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"--option expects key=value, got {text!r}")
-    key, value = text.split("=", 1)
-    low = value.lower()
-    if low in ("true", "false"):
-        return key, low == "true"
-    if low == "none":
-        return key, None
-    for cast in (int, float):
-        try:
-            return key, cast(value)
-        except ValueError:
-            pass
-    return key, value
+    try:
+        return parse_key_value(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--option expects key=value, got {text!r}") from None
 
 
 DESCRIPTION = ("Train, evaluate and benchmark the course's self-attentive sequential recommenders (SASRec, "

@@ -22,8 +22,10 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..data.split import LeaveOneOutSplit
+from ..errors import ConfigError
 from ..models import build_model
 from ..models.backbone import user_inputs
+from ..options import parse_key_value
 from ..utils.device import synchronize
 
 if TYPE_CHECKING:
@@ -64,11 +66,10 @@ def saved_activation_bytes(fn: Callable[[], object]) -> tuple[object, int]:
 def parse_spec(spec: str) -> tuple[str, dict]:
     """``"sasrec:attn_dropout=0.2"`` -> ``("sasrec", {"attn_dropout": 0.2})``."""
     name, _, rest = spec.partition(":")
-    options = {}
-    for item in filter(None, rest.split(",")):
-        key, _, value = item.partition("=")
-        options[key] = float(value) if "." in value else int(value) if value.isdigit() else value
-    return name, options
+    try:
+        return name, dict(parse_key_value(item) for item in rest.split(",") if item)
+    except ValueError as exc:
+        raise ConfigError(f"model spec {spec!r}: {exc}") from None
 
 
 def make_layer(spec: str, length: int, d_model: int, n_items: int, device: torch.device

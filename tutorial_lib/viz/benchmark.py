@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..experiments.stats import mean_std, paired_ci, paired_t, t_critical, verdict  # re-exported for notebook 07
+from ..options import parse_key_value
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -262,20 +263,7 @@ def paired_seed_comparisons(frame: DataFrame, baseline: str = "sasrec", metric: 
 # ----------------------------------------------------------------------------- cost
 def parse_options(text: str | None) -> dict[str, Any]:
     """``"dropout=0.2 k=40 layout=tf"`` (a row's ``options`` column) -> ``{"dropout": 0.2, "k": 40, "layout": "tf"}``."""
-    out: dict[str, Any] = {}
-    for item in str(text or "").split():
-        key, sep, value = item.partition("=")
-        if not sep:
-            continue
-        for cast in (int, float):
-            try:
-                out[key] = cast(value)
-                break
-            except ValueError:
-                continue
-        else:
-            out[key] = {"True": True, "False": False, "None": None}.get(value, value)
-    return out
+    return dict(parse_key_value(item) for item in str(text or "").split() if "=" in item)
 
 
 def dataset_size(name: str) -> tuple[int, int]:
