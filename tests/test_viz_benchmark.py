@@ -240,6 +240,8 @@ def test_figures_build(results):
     assert len(fig.axes) == 4 and [ax.get_visible() for ax in fig.axes] == [True, True, True, False]
     with pytest.raises(ValueError, match="no full runs"):
         vb.plot_metric_bars(f.iloc[:0])
+    with pytest.raises(ValueError, match="no full runs .* on 'yelp'; the runs cover 'ml-1m', 'beauty'"):
+        vb.plot_accuracy_vs_cost(f, "train_seconds", datasets=["ml-1m", "yelp"])     # was numpy's zero-size error
     rows = scorecard_rows(latest_runs(read_runs(results)))
     ax = vb.plot_scorecard(rows)
     assert any("FPARec" in t.get_text() for t in ax.get_yticklabels())

@@ -417,6 +417,10 @@ def plot_accuracy_vs_cost(frame: DataFrame, cost: str = "train_seconds", metric:
     datasets = list(datasets) if datasets is not None else _order_datasets(sub["dataset"])
     if not datasets:
         raise ValueError(f"no {protocol} runs with both {metric} and {cost} to plot")
+    empty = [name for name in datasets if not (sub["dataset"] == name).any()]
+    if empty:
+        raise ValueError(f"no {protocol} runs with both {metric} and {cost} on {', '.join(map(repr, empty))}; the "
+                         f"runs cover {', '.join(map(repr, _order_datasets(sub['dataset'])))}")
     if axes is None:
         axes = _panel_grid(len(datasets), (5.2, 4.2), ncols)
     axes = np.atleast_1d(axes)
