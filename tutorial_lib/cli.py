@@ -9,6 +9,7 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
+from typing import TextIO
 
 from .errors import ConfigError, TutorialLibError
 from .options import parse_key_value
@@ -84,6 +85,7 @@ def _add_protocol_option(g: argparse._ArgumentGroup) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m tutorial_lib`` with its four commands: train, benchmark, datasets, models."""
     parser = argparse.ArgumentParser(prog="python -m tutorial_lib", description=DESCRIPTION, epilog=EPILOG,
                                      allow_abbrev=False)   # --result must not silently mean --results
     sub = parser.add_subparsers(dest="command", required=True)
@@ -243,6 +245,7 @@ def pin_commit() -> str:
 
 
 def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
+    """``benchmark``: run (or, with ``--dry-run``, show) the plan of models x datasets x seeds; the exit status."""
     from .experiments.benchmark import (check_time_budget, parse_datasets, parse_models, plan, run_benchmark, status,
                                         summary)
     from .experiments.results import default_results_path
@@ -277,6 +280,7 @@ def cmd_benchmark(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def cmd_datasets(args: argparse.Namespace) -> int:
+    """``datasets``: list every registered dataset with its state and statistics, downloading the named ones."""
     from .data.download import ensure_dataset
     from .data.loading import dataset_status, format_dataset_table
     from .data.paths import ENV_VAR, data_dir, default_cache_dir
@@ -308,6 +312,7 @@ def cmd_datasets(args: argparse.Namespace) -> int:
 
 
 def cmd_models(_: argparse.Namespace) -> int:
+    """``models``: print every registered model with its description and options."""
     from .models import MODELS
 
     width = max(len(name) for name in MODELS)
@@ -319,6 +324,7 @@ def cmd_models(_: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace, argv: list[str]) -> int:
+    """``train``: one model on one dataset, resumable from its checkpoint; appends its rows to the results."""
     from .experiments.results import append_runs, curve_path, default_results_path, read_runs, write_curve
     from .experiments.run import SYNTHETIC, ExperimentSpec, dataset_name, load_data, run_experiment
 
@@ -397,6 +403,8 @@ RESUME_HINTS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m tutorial_lib``: runs the command and returns its exit status; the library's
+    warnings are shown as one ``warning:`` line each."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not argv:          # `python -m tutorial_lib` alone: what it can do, not "the following arguments are required"
@@ -439,7 +447,8 @@ def misplaced_hint(extras: list[str], command: str, commands: dict[str, argparse
 LIBRARY = Path(__file__).resolve().parent
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
     """The library's warnings as one ``warning: ...`` line (they say what to do; the line of library code that
     raised them would not help); every other warning as Python shows it."""
     if Path(filename).resolve().is_relative_to(LIBRARY):

@@ -32,6 +32,7 @@ from tutorial_lib.data.registry import (
     DATASETS,
     MOVIELENS,
     DatasetSpec,
+    FileSpec,
     PaperStats,
     get_spec,
 )
@@ -210,7 +211,7 @@ def missing_files(name: str, root: str | os.PathLike | None = None) -> tuple[str
     spec = get_spec(name)
     folder = dataset_folder(spec, root)
 
-    def there(f) -> bool:
+    def there(f: FileSpec) -> bool:
         archive = archive_path(f, folder)
         return (folder / f.filename).is_file() or (archive is not None and archive.is_file())
 
@@ -239,7 +240,7 @@ def dataset_status(root: str | os.PathLike | None = None) -> list[DatasetStatusR
     return rows
 
 
-def _first_source(f) -> str:
+def _first_source(f: FileSpec) -> str:
     """Where one registered file can be had: its first URL, the archive it is unzipped from, or data/README.md."""
     if f.archive_member and f.urls:
         return f"{f.urls[0]} (unzip {f.archive_member})"

@@ -33,7 +33,10 @@ class ChunkedSoftmaxCE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, w: torch.Tensor, t: torch.Tensor, chunk: int) -> torch.Tensor:
+    def forward(ctx: torch.autograd.function.FunctionCtx, h: torch.Tensor, w: torch.Tensor, t: torch.Tensor,
+                chunk: int) -> torch.Tensor:
+        """``h`` ``(N, d)`` states, ``w`` ``(C, d)`` class vectors, ``t`` ``(N,)`` class indices -> the mean loss
+        ``()``; the gradients for ``h`` and ``w`` are computed here, chunk by chunk, and saved."""
         need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
         grad_h = torch.empty_like(h) if need_grad else None
         grad_w = torch.zeros_like(w) if need_grad else None
@@ -54,7 +57,9 @@ class ChunkedSoftmaxCE(torch.autograd.Function):
         return (total / n).to(h.dtype)
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad_out: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, None, None]:
+        """The saved ``(N, d)`` and ``(C, d)`` gradients scaled by ``grad_out / N``."""
         grad_h, grad_w = ctx.saved_tensors
         scale = grad_out / ctx.n
         return grad_h * scale, grad_w * scale, None, None

@@ -174,16 +174,19 @@ class TrainConfig:
 
     @property
     def negatives(self) -> int:
+        """Negatives per target: ``n_negatives``, or the loss's default (256 for sampled softmax, 1 for BCE)."""
         if self.n_negatives is not None:
             return self.n_negatives
         return 256 if self.loss == "sampled-ce" else 1
 
     @property
     def show_progress(self) -> bool:
+        """Whether to draw progress bars: ``progress``, or unless ``TUTORIAL_LIB_QUIET`` is set."""
         return self.progress if self.progress is not None else not quiet_env()
 
     @property
     def show_log(self) -> bool:
+        """Whether to print a line per evaluation: ``verbose``, or unless ``TUTORIAL_LIB_QUIET`` is set."""
         return self.verbose if self.verbose is not None else not quiet_env()
 
 
@@ -217,10 +220,12 @@ class TrainResult:
 
     @property
     def finished(self) -> bool:
+        """Whether training ended (epochs, patience or time budget) rather than pausing at a deadline."""
         return self.stop_reason != "deadline"
 
     @property
     def seconds_per_epoch(self) -> float:
+        """Training seconds per epoch run (evaluation not counted)."""
         return self.train_seconds / max(self.epochs_run, 1)
 
 
@@ -299,7 +304,8 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if use_scaler else None
 
     # ------------------------------------------------------------------ one step
-    def autocast(self):
+    def autocast(self) -> torch.autocast:
+        """The autocast context of ``config.precision`` (disabled at fp32)."""
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.config.precision)
         return torch.autocast(self.device.type, dtype=dtype, enabled=dtype is not None)
 
@@ -336,6 +342,8 @@ class Trainer:
         return targets / math.ceil(n / self.config.batch_size)
 
     def train_step(self, batch: Batch) -> float:
+        """One optimiser step on ``batch`` (moved to the device); returns its loss. A non-finite loss raises
+        :class:`FloatingPointError` before any weight changes."""
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.compute_loss(batch.to(self.device))
         if not torch.isfinite(loss):
