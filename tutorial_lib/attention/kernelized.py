@@ -309,7 +309,8 @@ class KernelizedAttention(Attention):
     def forward(self, x: torch.Tensor, ctx: SequenceContext, memory: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``x`` ``(B, L, d)`` -> ``(B, L, d)`` and, with ``ctx.need_weights``, the ``(B, H, L, L)`` weights (else
-        ``None``). Sets :attr:`aux_loss` to the listwise loss in training (``None`` otherwise)."""
+        ``None``). Sets :attr:`aux_loss` to ``rank_weight`` x the listwise loss in training when ``rank_weight > 0``
+        (``None`` otherwise)."""
         if memory is not None:
             raise ConfigError("kernelized attention supports the 'paper' layout only")
         stats = self.cooccurrence.batch(ctx)

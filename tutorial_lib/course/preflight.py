@@ -125,7 +125,7 @@ def environment_of(python: str) -> str | None:
 
 
 def device_finding() -> Finding:
-    """The device the notebooks will use and torch's CPU threads (a warning only, never a failure)."""
+    """The device the notebooks will use and torch's CPU threads: information with advice, always reported as ok."""
     from ..utils import resolve_device
 
     device = resolve_device("auto")

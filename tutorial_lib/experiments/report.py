@@ -996,7 +996,9 @@ def _locker_section(runs: list[dict], table: str | None = None) -> list[str]:
 
 
 def render_results_readme(results: Path | None = None) -> str:
-    """The whole of ``results/README.md``: every table, built from ``results`` (default: ``results/runs.csv``)."""
+    """The whole of ``results/README.md``, built from ``results`` (default ``results/runs.csv``; synthetic runs left
+    out, the reruns in ``ablations/validation_negatives.csv`` beside it applied), except the equal-budget section,
+    which always reads the project's ``results/ablations/equal_budget.csv``."""
     path = results or default_results_path()
     rows = reported_rows(path)
     runs = latest_runs(rows)

@@ -33,7 +33,7 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     return float(v.mean()), float(v.std(ddof=1)) if n > 1 else math.nan, n
 
 
-def paired_t(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+def paired_t(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
     """Paired comparison of ``a`` and ``b`` (the same seeds, or the same users, in the same order).
 
     With the differences ``d_i = a_i - b_i``: ``(mean(d), std(d, ddof=1) / sqrt(n), mean(d) / se)``.

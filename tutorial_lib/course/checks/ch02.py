@@ -531,9 +531,10 @@ def _block_inputs(seed: int = 0) -> tuple[torch.Tensor, SequenceContext]:
     return torch.randn(2, 6, 16, generator=gen), SequenceContext.from_item_ids(ids)
 
 
-def _run_block(fn: Callable[..., torch.Tensor], block: Block, x: torch.Tensor, ctx: SequenceContext, training: bool,
-               seed: int = 1) -> torch.Tensor:
-    """``fn(block, x, ctx)`` in training or evaluation mode, with dropout's random numbers seeded."""
+def _run_block(fn: Callable[..., Any], block: Block, x: torch.Tensor, ctx: SequenceContext, training: bool,
+               seed: int = 1) -> Any:
+    """``fn(block, x, ctx)`` in training or evaluation mode, with dropout's random numbers seeded (whatever the
+    learner's function returns; the caller checks that it is a tensor)."""
     block.train(training)
     try:
         with forked_torch_rng(seed):
@@ -674,7 +675,7 @@ def _diagnose_block(block: Block, x: torch.Tensor, ctx: SequenceContext, yours: 
     return _DROPOUT_RECIPE if training else _BLOCK_RECIPE
 
 
-def _input_gradient(fn: Callable[..., torch.Tensor], block: Block, x: torch.Tensor, ctx: SequenceContext
+def _input_gradient(fn: Callable[..., Any], block: Block, x: torch.Tensor, ctx: SequenceContext
                     ) -> torch.Tensor:
     """``d sum(fn(block, x, ctx)) / dx`` in training mode (seeded dropout)."""
     leaf = x.clone().requires_grad_()

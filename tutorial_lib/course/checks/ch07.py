@@ -25,7 +25,7 @@ def reference_mean_std(values: Iterable[float]) -> tuple[float, float, int]:
     return mean_std(values)
 
 
-def reference_paired_t(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
+def reference_paired_t(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
     """The library's paired comparison of ``a`` and ``b``: ``(mean_diff, std_err, t)``."""
     from ...viz.benchmark import paired_t
 
