@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tutorial_lib.errors import NotEnoughMemoryError, TutorialLibError
-from tutorial_lib.training.memory import available_memory, explain_out_of_memory, is_out_of_memory, training_step_floor
+from tutorial_lib.training.memory import (available_memory, cgroup_headroom, explain_out_of_memory, is_out_of_memory,
+                                          training_step_floor)
 
 CPU = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to "
        "allocate 3200000000 bytes. Error code 12 (Cannot allocate memory)")
@@ -81,3 +82,33 @@ def test_available_memory_is_known_for_a_linux_cpu_and_unknown_for_mps():
     if sys.platform.startswith("linux"):
         assert isinstance(free, int) and free > 0
     assert available_memory(torch.device("mps")) is None
+
+
+def _cgroup(tmp_path, limit: str, usage: int, stat: str) -> tuple[tuple[str, str, str], ...]:
+    files = [tmp_path / name for name in ("memory.max", "memory.current", "memory.stat")]
+    for f, text in zip(files, (limit, str(usage), stat)):
+        f.write_text(text + "\n")
+    return ((str(files[0]), str(files[1]), str(files[2])),)
+
+
+def test_a_cgroup_limit_leaves_the_limit_minus_the_working_set(tmp_path):
+    """A container's or a JupyterHub pod's limit, which MemAvailable does not see; reclaimable cache not counted."""
+    gib = 2**30
+    files = _cgroup(tmp_path, str(4 * gib), 3 * gib, f"anon {2 * gib}\ninactive_file {gib}\nactive_file 5")
+    assert cgroup_headroom(files) == 2 * gib
+    assert cgroup_headroom(_cgroup(tmp_path, str(gib), 2 * gib, "anon 0")) == 0        # over the limit: nothing left
+    assert cgroup_headroom(_cgroup(tmp_path, "max", gib, "anon 0")) is None            # cgroup v2 without a limit
+    assert cgroup_headroom(_cgroup(tmp_path, str(2**63 - 4096), gib, "")) is None      # cgroup v1 without a limit
+    assert cgroup_headroom(((str(tmp_path / "nowhere"), str(tmp_path / "none"), str(tmp_path / "no")),)) is None
+
+
+def test_the_cpu_gets_the_smaller_of_mem_available_and_the_cgroup_headroom(monkeypatch):
+    import tutorial_lib.training.memory as memory
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("MemAvailable and cgroups are Linux's")
+    monkeypatch.setattr(memory, "_mem_available", lambda: 8 * 2**30)
+    monkeypatch.setattr(memory, "cgroup_headroom", lambda: 2**30)
+    assert available_memory(torch.device("cpu")) == 2**30
+    monkeypatch.setattr(memory, "cgroup_headroom", lambda: None)
+    assert available_memory(torch.device("cpu")) == 8 * 2**30

@@ -61,13 +61,27 @@ def training_step_floor(batch_size: int, width: int, d_model: int, n_layers: int
     return SAVED_TENSORS_PER_BLOCK * n_layers * batch_size * width * d_model * 4
 
 
+#: (limit, usage) files of the cgroup the process runs in: version 2, then version 1 (a container's or a JupyterHub
+#: pod's memory limit, which Linux's MemAvailable does not see)
+CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory.stat"),
+                ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+                 "/sys/fs/cgroup/memory/memory.stat"))
+
+
 def available_memory(device: torch.device) -> int | None:
-    """Bytes ``device`` can still allocate: CUDA's free memory, or Linux's ``MemAvailable`` for the CPU
-    (what can be allocated without swapping); ``None`` where it is not known (MPS, macOS or Windows CPUs)."""
+    """Bytes ``device`` can still allocate: CUDA's free memory; for the CPU, Linux's ``MemAvailable`` (what can be
+    allocated without swapping) or, when less, what the process's cgroup limit leaves; ``None`` where it is not
+    known (MPS, macOS or Windows CPUs)."""
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     if device.type != "cpu" or not sys.platform.startswith("linux"):
         return None
+    known = [b for b in (_mem_available(), cgroup_headroom()) if b is not None]
+    return min(known) if known else None
+
+
+def _mem_available() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes, or ``None``."""
     try:
         lines = Path("/proc/meminfo").read_text().splitlines()
     except OSError:
@@ -78,5 +92,28 @@ def available_memory(device: torch.device) -> int | None:
     return None
 
 
-__all__ = ["OUT_OF_MEMORY_MARKERS", "SAVED_TENSORS_PER_BLOCK", "available_memory", "explain_out_of_memory",
-           "is_out_of_memory", "training_step_floor"]
+def cgroup_headroom(files: tuple[tuple[str, str, str], ...] = CGROUP_FILES) -> int | None:
+    """Bytes left under the cgroup's memory limit: the limit minus the usage, not counting the inactive file cache
+    (which the kernel reclaims before it kills), as container tools count a working set; ``None`` without a
+    limit or a cgroup file to read."""
+    for limit_file, usage_file, stat_file in files:
+        try:
+            limit, usage = Path(limit_file).read_text().strip(), int(Path(usage_file).read_text())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 2**60:   # no limit (v1 writes a huge number)
+            return None
+        cache = 0
+        try:
+            for line in Path(stat_file).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key in ("inactive_file", "total_inactive_file"):
+                    cache = int(value)
+        except (OSError, ValueError):
+            pass
+        return max(int(limit) - max(usage - cache, 0), 0)
+    return None
+
+
+__all__ = ["OUT_OF_MEMORY_MARKERS", "SAVED_TENSORS_PER_BLOCK", "available_memory", "cgroup_headroom",
+           "explain_out_of_memory", "is_out_of_memory", "training_step_floor"]
