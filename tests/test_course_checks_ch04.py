@@ -158,6 +158,33 @@ def test_a_mask_one_step_ahead_inverted_or_multiplied_gets_its_hint(options, mes
         ch04.check_positional_attention(lambda *args: _masked_attention(*args, **options))
 
 
+def _diagonal_pattern(logits, positions, v, valid):
+    L = valid.shape[1]
+    allowed = (valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()) | torch.eye(L, dtype=torch.bool)
+    diag = logits[:, positions, positions][None, :, None, :]            # (1, H, 1, L): the same row for every query
+    w = torch.softmax(diag.masked_fill(~allowed, float("-inf")), dim=-1)
+    return w @ v, w
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_with_mask(lambda valid, L: (torch.ones(L, L, dtype=torch.bool).tril() & valid[:, None, :, None])
+                | torch.eye(L, dtype=torch.bool)), "hides QUERIES instead of keys"),
+    (_with_mask(lambda valid, L: (torch.ones(L, L, dtype=torch.bool).triu() & valid[:, None, None, :])
+                | torch.eye(L, dtype=torch.bool)), "the causal mask is triu()"),
+    (_diagonal_pattern, "picks the DIAGONAL"),
+])
+def test_a_query_mask_an_upper_triangle_and_the_diagonal_get_their_hints(wrong, hint):
+    """Mistakes a learner made in a walkthrough that got only the generic reminder before."""
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch04.check_positional_attention(wrong)
+
+
+def test_check_in_fparec_names_a_pattern_of_the_wrong_shape():
+    """F1^T F2 gives (H, k, k): the comparison used to fail with a misleading message about positions."""
+    with pytest.raises(CheckFailed, match=r"returned shape \(2, 3, 3\) .* expected \(2, 8, 8\) = \(H, n, n\)"):
+        ch04.check_in_fparec(lambda f1, f2, d_head: f1.transpose(-2, -1) @ f2 / math.sqrt(d_head))
+
+
 def test_rescaling_and_zero_fill_get_their_hints():
     def rescaled(logits, positions, v, valid):
         return positional_attention(logits / math.sqrt(v.shape[-1]), positions, v, valid)
@@ -269,6 +296,8 @@ def _counts(**changed):
     (_counts(sasrec=lambda d, h, n, k: 4 * (d * d + d) + n * d), "outside the attention layer"),
     (_counts(pattern=lambda d, h, n, k: d * d + d + n * n), "a handcrafted pattern is fixed"),
     (_counts(pattern=lambda d, h, n, k: math.pow(d, 2) + d), "the count is right but it is a float"),
+    (_counts(pattern=lambda d, h, n, k: 0), "still learns its value projection"),
+    (_counts(parec=lambda d, h, n, k: h * (d // h) ** 2 + d + h * n * n), "they do not make it block-diagonal"),
     (lambda name, d, h, n, k: {"SASRec": 1}.get(name), "the names are lower case"),
 ])
 def test_parameter_count_mistakes_get_their_hint(wrong, hint):

@@ -139,6 +139,9 @@ def _variants(logits: torch.Tensor, positions: torch.Tensor, v: torch.Tensor, va
         "dim": finish(sub, allowed, dim=-2),
         "rescaled": finish(sub / math.sqrt(v.shape[-1]), allowed),
         "transposed": finish(sub.transpose(-2, -1), allowed),
+        "query_mask": finish(sub, (causal & valid[:, None, :, None]) | eye),
+        "triu": finish(sub, (torch.ones(L, L, dtype=torch.bool).triu() & valid[:, None, None, :]) | eye),
+        "diagonal": finish(logits[:, positions, positions][None, :, None, :], allowed),
     }
     w = torch.softmax(sub.expand(valid.shape[0], -1, -1, -1), dim=-1) * allowed
     out["mask_after"] = (w @ v, w)
@@ -159,6 +162,12 @@ _PA_HINTS = {
     "rescaled": "you divided the logits by sqrt(d_head): the pattern passed in is already scaled "
                 "(W_pos / sqrt(d/h) is the layer's job, pattern_logits()); use the logits as they are",
     "transposed": "the pattern is transposed: row i of logits is the QUERY at position i, column j the key",
+    "query_mask": "the padding mask hides QUERIES instead of keys: a padding position is a key no one may read, "
+                  "valid[:, None, None, :] (B, 1, 1, L) over the key axis, not valid[:, None, :, None]",
+    "triu": "the causal mask is triu(): query t then sees the keys j >= t, its future. The visible keys are "
+            "j <= t, the lower triangle: torch.ones(L, L, dtype=torch.bool).tril()",
+    "diagonal": "logits[:, positions, positions] picks the DIAGONAL, shape (H, L): one logit per position, the same "
+                "for every query. You need the (H, L, L) block: logits[:, positions][:, :, positions]",
     "mask_after": "you masked after the softmax (multiplying by the mask): the visible weights then no longer "
                   "sum to 1. Mask the logits with -inf BEFORE the softmax",
 }
@@ -428,6 +437,22 @@ def compare_in_fparec(factorized_logits: Callable[..., Any], positional_attentio
     }
 
 
+def _expect_pattern_shape(factorized_logits: Callable[..., Any], name: str) -> None:
+    """Fail, naming the shapes, when ``factorized_logits`` does not give one ``(n, n)`` pattern per head for the
+    factors of the model :func:`compare_in_fparec` builds (a wrong shape would fail later with a misleading error)."""
+    att = _tiny_fparec().blocks[0].attention
+    f1, f2 = att.f1.detach(), att.f2.detach()
+    H, n, k = f1.shape
+    try:
+        got = tuple(torch.as_tensor(factorized_logits(f1.clone(), f2.clone(), att.d_model // H)).shape)
+    except Exception:  # noqa: BLE001 - the comparison below reports the error itself
+        return
+    if got != (H, n, n):
+        fail(f"`{name}` returned shape {got} for F1 and F2 of shape ({H}, {n}, {k}) (H, n, k): expected ({H}, {n}, "
+             f"{n}) = (H, n, n), one n x n pattern per head (F1 F2^T per head, not F1^T F2). Run "
+             f"check_factorized_logits: it says what differs")
+
+
 @exercise_check
 def check_in_fparec(factorized_logits: Callable[..., Any], positional_attention: Callable[..., Any] | None = None,
                     tol: float = 1e-4) -> None:
@@ -442,6 +467,7 @@ def check_in_fparec(factorized_logits: Callable[..., Any], positional_attention:
     try:
         call_learner(factorized_logits, factorized_cases()[0], name, FACTORIZED_LIBRARY)
         yours.append(f"`{name}`")
+        _expect_pattern_shape(factorized_logits, name)
     except ExerciseNotDone:
         if positional_attention is None:
             raise
@@ -517,6 +543,12 @@ def _count_variants(name: str, d: int, h: int, n: int, k: int) -> dict[str, int]
         "pattern": {"no_bias": d * d, "qk_too": 3 * value, "out_proj_too": 2 * value, "fixed_counted": value + n * n},
     }
     out["sasrec"]["positions_in_layer"] = 4 * value + n * d
+    out["pattern"]["nothing"] = 0
+    blocks = h * (d // h) ** 2 + d                  # W_V as h separate (d/h x d/h) blocks
+    if h > 1:
+        out["parec"]["block_diagonal"] = blocks + h * n * n
+        out["fparec"]["block_diagonal"] = blocks + 2 * h * n * k
+        out["pattern"]["block_diagonal"] = blocks
     return out.get(name, {})
 
 
@@ -537,6 +569,10 @@ _COUNT_HINTS = {
     "positions_in_layer": "SASRec's position embeddings (n x d) are added once, at the input, outside the attention "
                           "layer: count the layer's projections only",
     "fixed_counted": "a handcrafted pattern is fixed, computed from the positions: it has no parameters, only W_V",
+    "nothing": "a handcrafted pattern has no parameters of its own, but the layer still learns its value projection "
+               "W_V: d * d + d",
+    "block_diagonal": "W_V is one nn.Linear(d, d) over the full width (d * d + d): the heads split its OUTPUT into "
+                      "h slices of d/h, they do not make it block-diagonal",
 }
 
 
