@@ -1,6 +1,8 @@
 """Checks of notebook 06: the references pass, stubs say 'not done', typical mistakes get their hint."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -96,6 +98,51 @@ def test_counting_kernel_mistakes(mistake, hint):
 def test_sampler_mistakes(mistake, hint):
     with pytest.raises(CheckFailed, match=hint):
         ch06.check_skew_normal_sampler(mistake, n_samples=10_000)
+
+
+def _y(ch, eps):
+    return eps @ ch.transpose(-2, -1)
+
+
+@pytest.mark.parametrize("mistake, hint", [
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.clamp_min(0) + torch.sqrt(1 - de ** 2) * _y(ch, eps)),
+     "not max(y0, 0)"),
+    (lambda xi, om, de, ch, y0, eps: xi + om.sqrt() * (de * y0.abs() + torch.sqrt(1 - de ** 2) * _y(ch, eps)),
+     "not a variance"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2)
+                                                 * (eps @ (ch @ ch.transpose(-2, -1)))), "covariance ψ²"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * 0.7978845608 + torch.sqrt(1 - de ** 2) * _y(ch, eps)),
+     "the MEAN of |y0|"),
+    (lambda xi, om, de, ch, y0, eps: sample_z(xi, om, de, ch, torch.randn_like(y0), eps), "do not draw your own noise"),
+    (lambda xi, om, de, ch, y0, eps: xi + om * (de * y0.abs() + torch.sqrt(1 - de ** 2) * (ch @ eps)),
+     "chol @ eps multiplies the wrong axes"),
+    (lambda xi, om, de, ch, y0, eps: sample_z(xi, om, de, ch, y0.squeeze(-1), eps), "do not squeeze it"),
+])
+def test_more_sampler_mistakes_get_their_hints(mistake, hint):
+    """Mistakes a learner tried in a walkthrough that got only the generic reminder."""
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch06.check_skew_normal_sampler(mistake, n_samples=10_000)
+
+
+@pytest.mark.parametrize("detach", ["no_grad", "numpy"])
+def test_a_sample_without_gradients_is_caught(detach):
+    """The right numbers without a gradient miss the point of the reparameterisation."""
+    def without_grad(xi, omega, delta, chol, y0, eps):
+        if detach == "numpy":
+            args = [a.detach().numpy() for a in (xi, omega, delta, chol, y0, eps)]
+            xi, omega, delta, chol, y0, eps = args
+            y = eps @ chol.swapaxes(-2, -1)
+            return torch.from_numpy(xi + omega * (delta * abs(y0) + (1 - delta ** 2) ** 0.5 * y))
+        with torch.no_grad():
+            return sample_z(xi, omega, delta, chol, y0, eps)
+
+    with pytest.raises(CheckFailed, match="carries no gradient"):
+        ch06.check_skew_normal_sampler(without_grad, n_samples=10_000)
+
+
+def test_a_missing_square_root_is_caught_on_the_strongly_skewed_one_dimensional_case():
+    case = ch06.sampler_cases()[0][0]
+    assert float(case.args[2].min()) >= 0.5          # δ: far from 0, where sqrt(1 - δ²) and 1 - δ² differ clearly
 
 
 def test_sampler_that_modifies_its_input_is_caught():

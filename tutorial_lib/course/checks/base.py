@@ -94,9 +94,11 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     label: str = ""
 
-    def call_text(self, name: str) -> str:
-        """The call ``name(args..., key=value...)`` as text, big arrays shortened (:func:`short_repr`)."""
-        parts = [short_repr(a) for a in self.args] + [f"{k}={short_repr(v)}" for k, v in self.kwargs.items()]
+    def call_text(self, name: str, limit: int = 12) -> str:
+        """The call ``name(args..., key=value...)`` as text, arrays of more than ``limit`` values shortened to their
+        shape (:func:`short_repr`)."""
+        parts = ([short_repr(a, limit) for a in self.args]
+                 + [f"{k}={short_repr(v, limit)}" for k, v in self.kwargs.items()])
         return f"{name}({', '.join(parts)})"
 
 

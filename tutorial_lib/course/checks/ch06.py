@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Case, call_learner, check_function, exercise_check, expect, explain_difference, fail, passed, to_numpy
+from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, explain_difference, fail,
+                  passed, to_numpy)
 
 COUNTING_LIBRARY = "tutorial_lib.attention.kernelized.counting_kernel"
 SAMPLER_LIBRARY = "tutorial_lib.attention.kernelized.skew_normal_sample"
@@ -160,10 +161,11 @@ def sampler_cases(seed: int = 0) -> list[tuple[Case, int]]:
     """``(case, noise seed)`` pairs: one coordinate, three correlated keys, a batch of heads and rows, δ = 0."""
     rng = np.random.default_rng(seed)
 
-    def params(shape: tuple[int, ...], delta_max: float = 0.95) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def params(shape: tuple[int, ...], delta_min: float = 0.0, delta_max: float = 0.95
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         xi = torch.tensor(rng.normal(size=shape), dtype=torch.float32)
         omega = torch.tensor(rng.uniform(0.3, 2.0, size=shape), dtype=torch.float32)
-        delta = torch.tensor(rng.uniform(0.0, delta_max, size=shape), dtype=torch.float32)
+        delta = torch.tensor(rng.uniform(delta_min, delta_max, size=shape), dtype=torch.float32)
         return xi, omega, delta
 
     out = []
@@ -174,7 +176,7 @@ def sampler_cases(seed: int = 0) -> list[tuple[Case, int]]:
                                            "as in the layer"),
              ((3, 4), (4, 4), "δ = 0: no skewness, the noise is just ω · (correlated normal)")]
     for i, (shape, chol_shape, label) in enumerate(specs):
-        xi, omega, delta = params(shape)
+        xi, omega, delta = params(shape, delta_min=0.5 if i == 0 else 0.0)   # the 1-D case: clearly skewed
         if "δ = 0" in label:
             delta = torch.zeros(shape)
         n = chol_shape[-1]
@@ -211,6 +213,10 @@ def _sampler_variants(xi: torch.Tensor, omega: torch.Tensor, delta: torch.Tensor
         "minus_skew": xi + omega * (-delta * y0.abs() + s * y),
         "delta_as_alpha": xi + omega * (delta / torch.sqrt(1 + delta ** 2) * y0.abs()
                                         + torch.sqrt(1 - delta ** 2 / (1 + delta ** 2)) * y),
+        "clamped": xi + omega * (delta * y0.clamp_min(0) + s * y),
+        "omega_as_variance": xi + omega.sqrt() * (delta * y0.abs() + s * y),
+        "psi_not_factor": xi + omega * (delta * y0.abs() + s * (eps @ (chol @ chol.transpose(-2, -1)))),
+        "mean_not_sample": xi + omega * (delta * math.sqrt(2 / math.pi) + s * y),
     }
 
 
@@ -237,21 +243,67 @@ _SAMPLER_HINTS = {
     "no_xi": "add the location ξ: z = ξ + ω ⊙ ẑ",
     "minus_skew": "the skewed part enters with a PLUS sign, ẑ = δ|y0| + sqrt(1 - δ²) y (Eq. 13): a positive α (δ > "
                   "0) skews the logits to the right; with a minus sign the skew points the wrong way",
+    "clamped": "|y0| is the absolute value, not max(y0, 0): the half-normal keeps the size of the negative draws "
+               "(y0.abs(), not clamp_min(0) or relu)",
+    "omega_as_variance": "ω is a scale (a standard deviation), not a variance: multiply by ω itself, not its square "
+                         "root",
+    "psi_not_factor": "`chol` is already the factor L of ψ: y = eps @ chol.transpose(-2, -1). Multiplying by "
+                      "ψ = L Lᵀ instead gives the covariance ψ², not ψ",
+    "mean_not_sample": "you used the MEAN of |y0|, sqrt(2/π), instead of the draw |y0| itself: every sample then has "
+                       "the same skewed part and the distribution is a shifted normal",
+    "fresh_noise": "your function gives a different result each time it is called with the same arguments: use "
+                   "the `y0` and `eps` passed in, do not draw your own noise (torch.randn) inside",
     "delta_as_alpha": "`delta` is already δ = α / sqrt(1 + α²) (the layer converts α before calling the sampler): "
                       "use it as it is, do not apply the conversion a second time",
 }
 
 
-def _diagnose_sampler(case: Case, yours: Any) -> str | None:
+def _diagnose_sampler(case: Case, yours: Any, learner: Callable[..., Any] | None = None) -> str | None:
     try:
         mine = to_numpy(yours).astype(float)
     except Exception:  # noqa: BLE001
         return None
+    if learner is not None:
+        try:
+            again = to_numpy(call_learner(learner, case, "learner")).astype(float)
+        except Exception:  # noqa: BLE001
+            again = mine
+        if again.shape == mine.shape and not np.allclose(again, mine):
+            return _SAMPLER_HINTS["fresh_noise"]
     for key, variant in _sampler_variants(*case.args).items():
         v = variant.numpy()
         if mine.shape == v.shape and np.allclose(mine, v, atol=1e-5, rtol=1e-4):
             return _SAMPLER_HINTS[key]
     return None
+
+
+SAMPLER_SHAPES = ("xi, omega, delta and eps are (..., R, N): R query rows, each over N keys; y0 is (..., R, 1), "
+                  "one value per row, and keeps its last dimension so that it broadcasts over the keys (do not "
+                  "squeeze it); chol is (..., N, N). Each ROW of eps is one vector e, and y = L e for every row at "
+                  "once is eps @ chol.transpose(-2, -1) (chol @ eps multiplies the wrong axes)")
+
+
+def _expect_gradients(sample_z: Callable[..., Any], name: str, case: Case) -> None:
+    """Fail unless ``sample_z``'s result carries the library's gradients to ``xi, omega, delta, chol``: the
+    reparameterisation exists so that the loss's gradient flows through the sample into every parameter."""
+    xi, omega, delta, chol, y0, eps = (a.detach().clone() for a in case.args)
+    leaves = [t.requires_grad_() for t in (xi, omega, delta, chol)]
+    z = sample_z(*leaves, y0, eps)
+    weight = torch.linspace(-1.0, 2.0, xi.numel()).reshape(xi.shape)         # no symmetric cancellation
+    if not isinstance(z, torch.Tensor) or z.grad_fn is None:
+        fail(f"`{name}`'s sample carries no gradient (computed under torch.no_grad(), detached, or through NumPy?): "
+             "the reparameterisation z = ξ + ω ⊙ ẑ exists so that the loss's gradient flows through the sample into "
+             "ξ, ω, δ and the factor L. Compute it with torch operations on the tensors passed in")
+    mine = torch.autograd.grad((z * weight).sum(), leaves, allow_unused=True)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (xi, omega, delta, chol)]
+    ref = torch.autograd.grad((reference_sample_z(*ref_leaves, y0, eps) * weight).sum(), ref_leaves)
+    for label, g, r in zip(("xi", "omega", "delta", "chol"), mine, ref):
+        if g is None:
+            fail(f"no gradient reaches `{label}` through `{name}`'s sample (is it detached, or replaced by a "
+                 "constant?): the loss must be able to train it")
+        msg = explain_difference(g, r, f"the gradient of `{label}`")
+        if msg:
+            fail(f"`{name}` gives the library's sample but not its gradient: {msg}")
 
 
 def moment_table(sample_z: Callable[..., Any], n_samples: int = 200_000, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -294,20 +346,26 @@ def check_skew_normal_sampler(sample_z: Callable[..., Any], n_samples: int = 200
     cases = sampler_cases()
     for case, noise_seed in cases:
         xi, omega, delta, chol, _, _ = case.args
-        result = call_learner(sample_z, case, name, SAMPLER_LIBRARY)   # `.T` on the batched factor: base's hint
+        try:
+            result = call_learner(sample_z, case, name, SAMPLER_LIBRARY)   # `.T` on the batched factor: base's hint
+        except CheckFailed as exc:
+            if isinstance(exc.__cause__, RuntimeError) and "Hint:" not in str(exc):   # a shape error, no hint yet
+                fail(f"{exc}\nHint: {SAMPLER_SHAPES}")
+            raise
         expected = skew_normal_sample(xi, omega, delta, chol, generator=torch.Generator().manual_seed(noise_seed))
         msg = explain_difference(result, expected, "the result")
         if msg:
             text = [f"`{name}` differs from the library's sample for the same noise, for\n    "
-                    f"{case.call_text(name)} ({case.label})", msg]
-            extra = _diagnose_sampler(case, result)
+                    f"{case.call_text(name, limit=3)} ({case.label})", msg]
+            extra = _diagnose_sampler(case, result, sample_z)
             if extra:
                 text.append(f"Hint: {extra}")
             text.append("Reminder: z = xi + omega * (delta * |y0| + sqrt(1 - delta^2) * y) with y = eps @ chol^T "
                         "(y0 has one value per row and broadcasts over the keys)")
             fail("\n".join(text))
+    _expect_gradients(sample_z, name, cases[2][0])
     passed(f"`{name}` gives exactly the library's sample ({SAMPLER_LIBRARY}) for the same noise on {len(cases)} "
-           "test cases.")
+           "test cases, and the same gradients.")
     m = moment_table(sample_z, n_samples)
     mean_z = ((m["mean"] - m["mean_closed"]).abs() / m["mean_se"]).max().item()
     cov_z = ((m["cov"] - m["cov_closed"]).abs() / m["cov_se"]).max().item()
