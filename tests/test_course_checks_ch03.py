@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -91,12 +92,38 @@ def test_an_answer_through_a_global_name_of_the_library_function_is_noticed(caps
     assert "ℹ `answer` calls the library's" in capsys.readouterr().out
 
 
-def test_nan_free_position_attention_without_the_diagonal_passes():
-    """Zeros at padding queries (the library's choice) are as good as letting them see themselves."""
+def test_nan_free_position_attention_without_the_diagonal_passes_when_the_weights_are_cleaned():
+    """Zeros at padding queries (the library's choice) are as good as letting them see themselves, when the NaN
+    weights are replaced before they multiply v; replaced only in the output, the NaN still reaches v's gradient."""
+    def zero_weights(p, u_q, u_k, v, valid):
+        L, H = valid.shape[1], v.shape[1]
+        logits = ch03.position_logits(p, u_q, u_k, H)
+        allowed = valid[:, None, None, :] & torch.ones(L, L, dtype=torch.bool).tril()
+        return torch.nan_to_num(torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)) @ v
+
     def zeros_at_padding(p, u_q, u_k, v, valid):
         return torch.nan_to_num(position_attention(p, u_q, u_k, v, valid, eye=False))
 
-    ch03.check_position_attention(zeros_at_padding)
+    ch03.check_position_attention(zero_weights)
+    with pytest.raises(CheckFailed, match="the gradient of `v` has NaN"):
+        ch03.check_position_attention(zeros_at_padding)
+
+
+@pytest.mark.parametrize("exercise", ["aggregation", "position"])
+def test_a_function_without_gradients_is_caught(exercise):
+    """The right numbers through NumPy or torch.no_grad() pass every value check but would not train."""
+    if exercise == "aggregation":
+        def no_grad(x, logits, valid):
+            with torch.no_grad():
+                return ch03.reference_aggregation(x, logits, valid)
+        check = ch03.check_causal_interest_aggregation
+    else:
+        def no_grad(p, u_q, u_k, v, valid):
+            with torch.no_grad():
+                return ch03.reference_position_attention(p, u_q, u_k, v, valid)
+        check = ch03.check_position_attention
+    with pytest.raises(CheckFailed, match="no gradient flows"):
+        check(no_grad)
 
 
 def test_a_finite_fill_is_not_a_leak_at_padding_positions(capsys):
@@ -223,3 +250,41 @@ def test_position_checks_are_deterministic_and_leave_the_rng_alone():
     ch03.check_position_attention(position_attention)
     assert torch.equal(state, torch.get_rng_state())
     assert ch03.compare_position_attention_in_layer(position_attention) == first
+
+
+def _position_weights(p, u_q, u_k, v, valid, diagonal=0, scale=None, mask="before", multiply=False):
+    B, H, L, dh = v.shape
+    q, k = (u(p).view(L, H, dh).transpose(0, 1) for u in (u_q, u_k))
+    logits = q @ k.transpose(-2, -1) / math.sqrt(scale or dh)
+    allowed = (torch.ones(L, L, dtype=torch.bool).tril(diagonal) & valid[:, None, None, :])
+    if multiply:
+        return torch.softmax(logits * (allowed | torch.eye(L, dtype=torch.bool)), dim=-1) @ v
+    if mask == "after":
+        return (torch.softmax(logits, dim=-1) * allowed) @ v
+    return torch.nan_to_num(torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)) @ v
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda p, u_q, u_k, v, valid: _position_weights(p, u_q, u_k, v, valid, diagonal=-1), "it must see itself too"),
+    (lambda p, u_q, u_k, v, valid: _position_weights(p, u_q, u_k, v, valid, scale=p.shape[1]),
+     "you divided by sqrt(d)"),
+    (lambda p, u_q, u_k, v, valid: _position_weights(p, u_q, u_k, v, valid, mask="after"),
+     "masked after the softmax"),
+    (lambda p, u_q, u_k, v, valid: _position_weights(p, u_q, u_k, v, valid, multiply=True), "since exp(0) = 1"),
+])
+def test_more_position_attention_mistakes_get_their_hints(wrong, hint):
+    """Mistakes a learner tried in a walkthrough that got only the generic reminder (or a misleading one)."""
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch03.check_position_attention(wrong)
+
+
+def test_prefix_sums_over_the_interest_axis_and_a_float64_result_get_their_hints():
+    def interest_axis(x, logits, valid):
+        e = torch.exp(logits) * valid[..., None]
+        sums = torch.cumsum(e[..., None] * x[:, :, None, :], dim=2)
+        return torch.nan_to_num(sums / torch.cumsum(e, dim=2)[..., None])
+
+    with pytest.raises(CheckFailed, match="over the ITEM axis"):
+        ch03.check_causal_interest_aggregation(interest_axis)
+    with pytest.raises(CheckFailed, match="returned torch.float64 for torch.float32 inputs"):
+        ch03.check_causal_interest_aggregation(lambda x, logits, valid: aggregation(x, logits, valid).double())

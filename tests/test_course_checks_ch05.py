@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -263,3 +264,60 @@ def test_library_references_leave_the_rng_alone():
     first = ch05.local_head_difference(gaussian_bias, biased_attention)
     assert torch.equal(state, torch.get_rng_state())
     assert ch05.local_head_difference(gaussian_bias, biased_attention) == first
+
+
+def test_functions_without_gradients_are_caught():
+    """A NumPy or no_grad version gives the right numbers but its kernels and attention would never train."""
+    def conv_no_grad(v, weight, bias, causal):
+        with torch.no_grad():
+            return conv_encoder(v, weight, bias, causal)
+
+    def attention_detached(q, k, v, bias, allowed):
+        out, w = ch05.reference_biased_attention(q, k, v, bias, allowed)
+        return out.detach(), w.detach()
+
+    with pytest.raises(CheckFailed, match="no gradient flows"):
+        ch05.check_conv_encoder(conv_no_grad)
+    with pytest.raises(CheckFailed, match="no gradient flows"):
+        ch05.check_distance_bias(gaussian_bias, attention_detached)
+
+
+@pytest.mark.parametrize("which, wrong, hint", [
+    ("conv", lambda v, w, b, causal: torch.relu(F.conv1d(F.pad(v.transpose(1, 2), (w.shape[-1] - 1, 0)), w, b))
+     .transpose(1, 2), "pad s zeros on EACH side"),
+    ("gaussian", lambda L, a=1.0, b=0.5: a * torch.exp(-(torch.arange(L)[:, None] - torch.arange(L)[None, :]) ** 2
+                                                        / b ** 2), "not a·exp(-Δ²/b²)"),
+    ("attention", lambda q, k, v, bias, allowed: _weights_and_output(
+        torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias).masked_fill(~allowed, float("-inf")),
+                      dim=-2), v), "runs over the queries"),
+    ("attention", lambda q, k, v, bias, allowed: _weights_and_output(
+        torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]) + bias).masked_fill(~allowed, 0.0), v),
+     "without the normalisation"),
+    ("attention", lambda q, k, v, bias, allowed: ch05.reference_biased_attention(q, k, v, bias.tril(), allowed),
+     "add the whole bias"),
+])
+def test_more_locker_mistakes_get_their_hints(which, wrong, hint):
+    """Mistakes a learner tried in a walkthrough that got only the generic reminder."""
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        if which == "conv":
+            ch05.check_conv_encoder(wrong)
+        elif which == "gaussian":
+            ch05.check_distance_bias(wrong, ch05.reference_biased_attention)
+        else:
+            ch05.check_distance_bias(gaussian_bias, wrong)
+
+
+def _weights_and_output(w, v):
+    w = torch.nan_to_num(w)
+    return w @ v, w
+
+
+def test_an_additive_float_window_mask_is_named_as_such():
+    """A 0 / -inf mask used to be reported as an inverted bool mask."""
+    def additive(L, s, causal):
+        d = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+        keep = ((d >= 0) & (d <= s)) if causal else (d.abs() <= s)
+        return torch.zeros(L, L).masked_fill(~keep, float("-inf"))
+
+    with pytest.raises(CheckFailed, match="additive float mask"):
+        ch05.check_window_mask(additive)

@@ -473,6 +473,64 @@ def check_function(
     return len(cases)
 
 
+def expect_gradients(learner: Callable, reference: Callable, case: Case, wrt: Sequence[int], name: str,
+                     output: Callable[[Any], Any] = lambda result: result, keep: Any = None,
+                     atol: float = 1e-5, rtol: float = 1e-4) -> None:
+    """Fail unless ``learner`` passes ``reference``'s gradients back to the arguments ``wrt`` of ``case``.
+
+    A function that gives the right numbers through NumPy, ``.detach()`` or ``torch.no_grad()`` passes every value
+    comparison, but no gradient reaches the parameters behind its inputs, so the model built on it would not train.
+    ``output`` picks the tensor to differentiate from a result (``lambda r: r[0]`` for an ``(output, weights)``
+    pair); ``keep`` (broadcastable to it) leaves out the entries the value checks do not compare (padding rows).
+    The two are differentiated through the same weighted sum, weights spread over [-1, 2]."""
+    import torch
+
+    labels = list(_parameter_names(reference))
+    grads = []
+    for fn in (learner, reference):
+        args = list(copy.deepcopy(case.args))
+        leaves = []
+        for i in wrt:
+            args[i] = torch.as_tensor(args[i]).detach().clone().requires_grad_()
+            leaves.append(args[i])
+        try:
+            out = output(fn(*args, **copy.deepcopy(case.kwargs)))
+        except Exception as exc:  # noqa: BLE001 - the learner's code passed the value checks on these inputs
+            fail(f"`{name}` raised {type(exc).__name__} when its inputs require gradients: {exc}")
+        if not isinstance(out, torch.Tensor) or out.grad_fn is None:
+            fail(f"`{name}` gives the right values but no gradient flows through them (computed with NumPy, "
+                 "`.detach()` or under `torch.no_grad()`?): training could not reach the parameters behind its "
+                 "inputs. Compute it with torch operations on the tensors passed in")
+        weight = torch.linspace(-1.0, 2.0, out.numel(), dtype=out.dtype).reshape(out.shape)
+        if keep is not None:
+            weight = weight * torch.as_tensor(keep, dtype=out.dtype)
+        grads.append(torch.autograd.grad((out * weight).sum(), leaves, allow_unused=True))
+    for i, mine, ref in zip(wrt, *grads):
+        label = labels[i] if i < len(labels) else f"argument {i + 1}"
+        if mine is None and ref is not None:
+            fail(f"no gradient reaches `{label}` through `{name}` (detached, or replaced by a constant?): the loss "
+                 "must be able to train what it depends on")
+        if ref is not None and bool(torch.isnan(mine).any()) and not bool(torch.isnan(ref).any()):
+            fail(f"`{name}` gives the library's values, but the gradient of `{label}` has NaN: a NaN computed along "
+                 "the way (a softmax over a row that is entirely -inf, a 0 / 0) reaches the gradient even where the "
+                 "output was replaced by 0 at the end, so one such row would turn the model's weights into NaN. "
+                 "Remove the NaN where it arises (e.g. torch.nan_to_num on the weights before they multiply the "
+                 "values), or let every position see itself")
+        msg = None if ref is None else explain_difference(mine, ref, f"the gradient of `{label}`", atol, rtol)
+        if msg:
+            fail(f"`{name}` gives the library's values but not its gradients: {msg}")
+
+
+def _parameter_names(fn: Callable) -> list[str]:
+    """Names of ``fn``'s positional parameters (``[]`` when they cannot be read)."""
+    import inspect
+
+    try:
+        return list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return []
+
+
 def fail(message: str) -> None:
     """Raise :class:`CheckFailed` with ``message`` (for property checks written by hand)."""
     raise CheckFailed(message)

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ...utils.seeding import forked_torch_rng
-from .base import (Case, call_learner, check_function, exercise_check, expect, explain_difference, fail,
-                   is_stub_error, passed, to_numpy)
+from .base import (Case, call_learner, check_function, exercise_check, expect, expect_gradients, explain_difference,
+                   fail, is_stub_error, passed, to_numpy)
 
 AGGREGATION_LIBRARY = "tutorial_lib.attention.low_rank.causal_interest_aggregation"
 POSITION_LIBRARY = "tutorial_lib.attention.base.apply_shared_pattern, used by DecoupledPositionAttention"
@@ -145,7 +145,10 @@ def _aggregation_variants(x: torch.Tensor, logits: torch.Tensor, valid: torch.Te
         return torch.einsum("btjk,bjd->btkd", torch.nan_to_num(w), x)
 
     masked = _masked_item_logits(logits, valid)
+    e = torch.exp(logits) * valid[..., None]                                       # (B, L, k)
+    wrong_sums = (e[..., None] * x[:, :, None, :]).cumsum(dim=2) / e.cumsum(dim=2)[..., None]
     return {
+        "cumsum_axis": torch.nan_to_num(wrong_sums),
         "interest_axis": aggregate(torch.softmax(masked, dim=-1)),
         "strict": aggregate(torch.softmax(_masked_item_logits(logits, valid, diagonal=-1), dim=2)),
         "unnormalised": aggregate(torch.exp(masked)),
@@ -161,6 +164,8 @@ def _as_double(yours: Any) -> torch.Tensor | None:
 
 
 _AGGREGATION_HINTS = {
+    "cumsum_axis": "the prefix sums run over the interest axis: they must run over the ITEM axis (dim=1 of the "
+                   "(B, L, k) weights and of the (B, L, k, d) products), so that position t sums the items j <= t",
     "interest_axis": "the softmax runs over the interests (dim=-1). Eq. 1 normalises over the ITEMS: for each "
                      "interest, the weights of the items 1..t sum to 1 (softmax over the item axis j)",
     "strict": "position t aggregates the items j < t only; it must include itself: j <= t (tril with the "
@@ -250,6 +255,9 @@ def check_causal_interest_aggregation(causal_interest_aggregation: Callable[...,
                  "per position" + ("; the interest axis has the wrong size. A (B, L) mask such as `valid` "
                                    "multiplies the (B, L, k) logits only as valid[..., None]: without it, torch "
                                    "lines it up with the last axes" if broadcast else ""))
+        expect(out.dtype == x.dtype, f"`{name}` returned {out.dtype} for {x.dtype} inputs ({case.call_text(name)}): "
+                                     "return the dtype of x; the layer multiplies the interests with its float32 "
+                                     "queries (a NumPy or float64 step on the way changes it)")
         if not bool(torch.isfinite(out).all()):
             bad = (~torch.isfinite(out)).flatten(2).any(-1).nonzero()[0].tolist()
             where = "a padding position" if not bool(valid[bad[0], bad[1]]) else "a real position"
@@ -290,7 +298,9 @@ def check_causal_interest_aggregation(causal_interest_aggregation: Callable[...,
                    lambda x, logits, valid: reference_aggregation(x, logits, valid) * valid[:, :, None, None],
                    cases, name=name, library=AGGREGATION_LIBRARY, diagnose=_diagnose_aggregation,
                    hint="interests[b, t, k] = sum_{j <= t, valid} softmax_j(logits[b, :t+1, k]) * x[b, j] "
-                        "(the softmax runs over the real items 1..t, separately for each interest)")
+                        "(the softmax runs over the real items 0..t, separately for each interest)")
+    x, _, valid = cases[1].args
+    expect_gradients(fn, reference_aggregation, cases[1], wrt=(0, 1), name=name, keep=valid[:, :, None, None])
 
 
 def compare_aggregation_in_layer(aggregation: Callable[..., Any], d_model: int = 16, n_heads: int = 2,
@@ -410,7 +420,12 @@ def _position_variants(p: torch.Tensor, u_q: nn.Module, u_k: nn.Module, v: torch
     good = position_logits(p, u_q, u_k, H)
     q_wrong = u_q(p).reshape(H, L, dh)
     k_wrong = u_k(p).reshape(H, L, dh)
+    strict = torch.ones(L, L, dtype=torch.bool).tril(-1)[None, None] & valid[:, None, None, :]
+    unmasked = torch.softmax(good, dim=-1)[None] * allowed
     return {
+        "strict": torch.nan_to_num(torch.softmax(good.masked_fill(~strict, float("-inf")), dim=-1)) @ v,
+        "scale_whole_d": finish(good * math.sqrt(dh) / math.sqrt(d)),
+        "mask_after": unmasked @ v,
         "no_scale": finish(good * math.sqrt(dh)),
         "scale_d": finish(good / math.sqrt(dh)),
         "heads": finish(q_wrong @ k_wrong.transpose(-2, -1) / math.sqrt(dh)),
@@ -419,6 +434,11 @@ def _position_variants(p: torch.Tensor, u_q: nn.Module, u_k: nn.Module, v: torch
 
 
 _POSITION_HINTS = {
+    "strict": "query t sees the keys j < t only; it must see itself too: j <= t (tril() with the diagonal, as the "
+              "causal mask of notebook 02)",
+    "scale_whole_d": "you divided by sqrt(d); each head's logits are divided by sqrt(d_h), d_h = d / H",
+    "mask_after": "you masked after the softmax (multiplying the weights by the mask): the visible weights then no "
+                  "longer sum to 1. Mask the logits with -inf BEFORE the softmax",
     "no_scale": "the logits are not scaled: divide P_Q P_K^T by sqrt(d_h), d_h = d / H (Eq. 4)",
     "scale_d": "you divided the logits by d_h; divide by its square root, sqrt(d_h)",
     "heads": "the heads are split in the wrong layout: (p @ U_Q) has shape (L, d); view it as (L, H, d_h) and "
@@ -498,16 +518,18 @@ def check_position_attention(position_attention: Callable[..., Any]) -> None:
             fail(f"`{name}` returned NaN or inf at batch {b}, head {h}, position {t} ({where}) for "
                  f"{case.call_text(name)} ({case.label}).\nWith left padding, a padding query has no visible key "
                  "(every key before it is padding too), so its softmax runs over a row of -inf. Let every position "
-                 "see itself (`| torch.eye(L, dtype=torch.bool)`, as in notebook 02) or replace the NaNs by 0 "
-                 "(torch.nan_to_num); those outputs are never read, but a NaN would spread")
+                 "see itself (`| torch.eye(L, dtype=torch.bool)`, as in notebook 02) or replace the NaN WEIGHTS by 0 "
+                 "(torch.nan_to_num(weights)) before they multiply v; those outputs are never read, but a NaN would "
+                 "spread (replacing it in the output at the end still leaves NaN in the gradient of v)")
     leak = _position_leak(fn, name)
     if leak is not None:
         t, j, label = leak
         fail(f"information leaks from the future with `{name}` ({label}): when the values at positions >= {j} "
              f"change, the output at position {t} changes too, although {t} < {j}.\nHint: the position pattern "
              "must be causal: hide the keys j > t of every query t (torch.ones(L, L, dtype=torch.bool).tril()) "
-             "before the softmax. The released code has no mask at all; that is one reason it can only be "
-             "trained on prefix samples")
+             "before the softmax, with masked_fill(~allowed, -inf): multiplying the logits by a 0/1 mask does not "
+             "hide a key, since exp(0) = 1. The released code has no mask at all; that is one reason it can only "
+             "be trained on prefix samples")
     passed("no future leakage: changing the values after position t never changed the outputs at positions <= t.")
 
     def two_inputs(rng: np.random.Generator, valid: torch.Tensor) -> tuple[tuple, tuple]:
@@ -532,6 +554,9 @@ def check_position_attention(position_attention: Callable[..., Any]) -> None:
                        cases, name=name, library=POSITION_LIBRARY, diagnose=_diagnose_position,
                        hint="logits[h] = (p U_Q)_h (p U_K)_h^T / sqrt(d_h) from the positions only; hide future "
                             "and padding keys with -inf; softmax over the keys (dim=-1); multiply by v")
+    padded = next(c for c in cases if not bool(c.args[4].all()))
+    expect_gradients(fn, reference_position_attention, padded, wrt=(0, 3), name=name,
+                     keep=padded.args[4][:, None, :, None])
 
 
 def compare_position_attention_in_layer(position_attention: Callable[..., Any], d_model: int = 16, n_heads: int = 2,

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ...utils.seeding import forked_torch_rng
-from .base import Case, call_learner, check_function, exercise_check, expect, fail, passed, to_numpy
+from .base import Case, call_learner, check_function, exercise_check, expect, expect_gradients, fail, passed, to_numpy
 
 WINDOW_LIBRARY = "tutorial_lib.attention.local.local_window"
 CONV_LIBRARY = "tutorial_lib.attention.local.LocalAttention (encoder='conv')"
@@ -107,6 +107,10 @@ def check_window_mask(window_mask: Callable[..., Any]) -> None:
         m = torch.as_tensor(to_numpy(m))
         expect(tuple(m.shape) == (L, L), f"`{name}({L}, {s}, True)` must have shape ({L}, {L}), yours is "
                                          f"{tuple(m.shape)}")
+        if m.dtype.is_floating_point and bool(torch.isinf(m).any()):
+            fail(f"`{name}({L}, {s}, True)` returned an additive float mask (0 where a key may be seen, -inf where "
+                 "it is hidden): this function returns the bool mask, True = may attend; the attention turns it into "
+                 "-inf logits itself (masked_fill(~mask, -inf))")
         future = torch.triu(m.bool(), diagonal=1)
         if bool(future.any()):
             i, j = (int(x) for x in future.nonzero()[0])
@@ -140,6 +144,17 @@ def reference_conv_encoder(v: torch.Tensor, weight: torch.Tensor, bias: torch.Te
         layer.convs[0].weight.copy_(weight)
         layer.convs[0].bias.copy_(bias)
         return layer._conv(v[:, None], None)[:, 0]
+
+
+def _conv_formula(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, causal: bool) -> torch.Tensor:
+    """:func:`reference_conv_encoder` written out, differentiable in ``v, weight, bias`` (the reference copies them
+    into a layer): the gradients the learner's function must give."""
+    import torch.nn.functional as F
+
+    taps = weight.shape[-1]
+    s = taps - 1 if causal else (taps - 1) // 2
+    x = F.pad(v.transpose(1, 2), (s, 0) if causal else (s, s))
+    return torch.relu(F.conv1d(x, weight, bias)).transpose(1, 2)
 
 
 def _conv_inputs(rng: np.random.Generator, B: int, L: int, dh: int, taps: int
@@ -180,6 +195,8 @@ def _conv_variants(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ca
     if causal:
         out["right_pad"] = torch.relu(F.conv1d(F.pad(x, (0, s)), weight, bias)).transpose(1, 2)
         out["centred"] = torch.relu(F.conv1d(F.pad(x, (s // 2, s - s // 2)), weight, bias)).transpose(1, 2)
+    else:
+        out["left_only"] = torch.relu(F.conv1d(F.pad(x, (2 * s, 0)), weight, bias)).transpose(1, 2)
     return out
 
 
@@ -192,6 +209,8 @@ _CONV_HINTS = {
                   "backbone pad s zeros on the LEFT, F.pad(x, (s, 0)), so the output at i reads i - s .. i"),
     "centred": ("your causal convolution is centred ('same' padding on both sides): the output at i reads rows after "
                 "i, the future. Pad all s zeros on the left, F.pad(x, (s, 0))"),
+    "left_only": ("for causal=False pad s zeros on EACH side, F.pad(x, (s, s)) with taps = 2s + 1, so the output at i "
+                  "reads i - s .. i + s: padded with 2s on the left, it reads i - 2s .. i"),
 }
 
 
@@ -261,6 +280,7 @@ def check_conv_encoder(conv_encoder: Callable[..., Any]) -> None:
                    diagnose=_diagnose_conv,
                    hint="x = v.transpose(1, 2); pad (s, 0) if causal (taps = s + 1) else (s, s) (taps = 2s + 1); "
                         "relu(F.conv1d(F.pad(x, pad), weight, bias)).transpose(1, 2)")
+    expect_gradients(conv_encoder, _conv_formula, conv_cases()[1], wrt=(0, 1, 2), name=name)
 
 
 # ----------------------------------------------------------------------------- exercise 3: distance bias
@@ -307,6 +327,7 @@ def _gaussian_variants(L: int, a: float = 1.0, b: float = 0.5) -> dict[str, torc
         "off_by_one": a * torch.exp(-(d + 1) ** 2 / b),
         "off_by_one_minus": a * torch.exp(-(d - 1) ** 2 / b),
         "no_exp": a * (-(d ** 2) / b),
+        "b_squared": a * torch.exp(-d ** 2 / b ** 2),
     }
 
 
@@ -323,6 +344,7 @@ _GAUSSIAN_HINTS = {
                    "paper centres the bump at distance 0, Δ = i - j"),
     "off_by_one_minus": "the peak is one step off (at j = i - 1): centre the bump at distance 0, Δ = i - j",
     "no_exp": "the exponential is missing: p_Δ = a·exp(-Δ²/b)",
+    "b_squared": "b divides Δ² once: p_Δ = a·exp(-Δ²/b), not a·exp(-Δ²/b²) (b is a width squared already)",
 }
 
 
@@ -370,6 +392,12 @@ def biased_attention_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+def _weights_times_v(w: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w @ v, w)`` with NaN weights (a column with no visible query) set to 0."""
+    w = torch.nan_to_num(w)
+    return w @ v, w
+
+
 def _biased_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, allowed: torch.Tensor
                      ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """Typical mistakes, computed, so that a wrong result can be recognised: ``(output, weights)`` each."""
@@ -395,6 +423,9 @@ def _biased_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: to
         "fill_zero": finish((logits + bias).masked_fill(~allowed, 0.0), mask=False),
         "inverted": finish((logits + bias).masked_fill(allowed, float("-inf")), mask=False),
         "after_softmax": (after @ v, after),
+        "query_axis": _weights_times_v(torch.softmax((logits + bias).masked_fill(~allowed, float("-inf")), dim=-2), v),
+        "unnormalised": _weights_times_v(torch.exp(logits + bias).masked_fill(~allowed, 0.0), v),
+        "bias_lower_only": finish(logits + bias.tril()),
     }
 
 
@@ -418,6 +449,12 @@ _BIASED_HINTS = {
     "inverted": "the mask is inverted: `allowed` is True where a key may be SEEN; hide the others, "
                 "masked_fill(~allowed, -inf)",
     "after_softmax": "the bias goes INTO the softmax (added to the logits), not onto the weights after it",
+    "query_axis": "the softmax runs over the queries (dim=-2): each query (row) distributes its weight over the "
+                  "keys, so every row of the weights sums to 1: softmax(..., dim=-1)",
+    "unnormalised": "the weights are exp(logits) without the normalisation: each row (one query) must sum to 1 "
+                    "over its visible keys, softmax(..., dim=-1)",
+    "bias_lower_only": "add the whole bias: the MASK hides the future (and the keys outside `allowed`), the bias "
+                       "only shapes the weights of the visible keys (it is symmetric in the distance)",
 }
 
 
@@ -475,6 +512,8 @@ def check_distance_bias(gaussian_bias: Callable[..., Any], biased_attention: Cal
                    library=BIAS_LIBRARY, output_names=("output", "weights"), diagnose=_diagnose_biased,
                    hint="weights = softmax(q @ k^T / sqrt(d_h) + bias) with the logits of hidden keys set to -inf; "
                         "output = weights @ v")
+    expect_gradients(biased_attention, reference_biased_attention, biased_attention_cases()[2], wrt=(0, 1, 2, 3),
+                     name=a_name, output=lambda result: result[0])
     try:
         diffs = local_head_difference(gaussian_bias, biased_attention)
     except Exception as exc:  # noqa: BLE001

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, explain_difference, fail,
-                  passed, to_numpy)
+from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, expect_gradients,
+                  explain_difference, fail, passed, to_numpy)
 
 COUNTING_LIBRARY = "tutorial_lib.attention.kernelized.counting_kernel"
 SAMPLER_LIBRARY = "tutorial_lib.attention.kernelized.skew_normal_sample"
@@ -283,29 +283,6 @@ SAMPLER_SHAPES = ("xi, omega, delta and eps are (..., R, N): R query rows, each 
                   "once is eps @ chol.transpose(-2, -1) (chol @ eps multiplies the wrong axes)")
 
 
-def _expect_gradients(sample_z: Callable[..., Any], name: str, case: Case) -> None:
-    """Fail unless ``sample_z``'s result carries the library's gradients to ``xi, omega, delta, chol``: the
-    reparameterisation exists so that the loss's gradient flows through the sample into every parameter."""
-    xi, omega, delta, chol, y0, eps = (a.detach().clone() for a in case.args)
-    leaves = [t.requires_grad_() for t in (xi, omega, delta, chol)]
-    z = sample_z(*leaves, y0, eps)
-    weight = torch.linspace(-1.0, 2.0, xi.numel()).reshape(xi.shape)         # no symmetric cancellation
-    if not isinstance(z, torch.Tensor) or z.grad_fn is None:
-        fail(f"`{name}`'s sample carries no gradient (computed under torch.no_grad(), detached, or through NumPy?): "
-             "the reparameterisation z = ξ + ω ⊙ ẑ exists so that the loss's gradient flows through the sample into "
-             "ξ, ω, δ and the factor L. Compute it with torch operations on the tensors passed in")
-    mine = torch.autograd.grad((z * weight).sum(), leaves, allow_unused=True)
-    ref_leaves = [t.detach().clone().requires_grad_() for t in (xi, omega, delta, chol)]
-    ref = torch.autograd.grad((reference_sample_z(*ref_leaves, y0, eps) * weight).sum(), ref_leaves)
-    for label, g, r in zip(("xi", "omega", "delta", "chol"), mine, ref):
-        if g is None:
-            fail(f"no gradient reaches `{label}` through `{name}`'s sample (is it detached, or replaced by a "
-                 "constant?): the loss must be able to train it")
-        msg = explain_difference(g, r, f"the gradient of `{label}`")
-        if msg:
-            fail(f"`{name}` gives the library's sample but not its gradient: {msg}")
-
-
 def moment_table(sample_z: Callable[..., Any], n_samples: int = 200_000, seed: int = 0) -> dict[str, torch.Tensor]:
     """Draw ``n_samples`` rows of 3 correlated keys with ``sample_z`` and return the empirical and closed-form
     moments: ``mean``, ``mean_closed``, ``cov``, ``cov_closed`` (Azzalini–Dalla Valle),
@@ -363,7 +340,7 @@ def check_skew_normal_sampler(sample_z: Callable[..., Any], n_samples: int = 200
             text.append("Reminder: z = xi + omega * (delta * |y0| + sqrt(1 - delta^2) * y) with y = eps @ chol^T "
                         "(y0 has one value per row and broadcasts over the keys)")
             fail("\n".join(text))
-    _expect_gradients(sample_z, name, cases[2][0])
+    expect_gradients(sample_z, reference_sample_z, cases[2][0], wrt=(0, 1, 2, 3), name=name)
     passed(f"`{name}` gives exactly the library's sample ({SAMPLER_LIBRARY}) for the same noise on {len(cases)} "
            "test cases, and the same gradients.")
     m = moment_table(sample_z, n_samples)
