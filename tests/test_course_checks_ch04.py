@@ -316,3 +316,15 @@ def test_fparec_comparison_is_deterministic_and_leaves_the_rng_alone():
     first = ch04.compare_in_fparec(factorized_logits, positional_attention)
     assert torch.equal(state, torch.get_rng_state())
     assert ch04.compare_in_fparec(factorized_logits, positional_attention) == first
+
+
+def test_functions_without_gradients_are_caught():
+    """The right numbers computed without a gradient would leave FPARec's pattern and values untrained."""
+    def pa_no_grad(logits, positions, v, valid):
+        with torch.no_grad():
+            return positional_attention(logits, positions, v, valid)
+
+    with pytest.raises(CheckFailed, match="no gradient flows"):
+        ch04.check_positional_attention(pa_no_grad)
+    with pytest.raises(CheckFailed, match="no gradient flows"):
+        ch04.check_factorized_logits(lambda f1, f2, d_head: factorized_logits(f1, f2, d_head).detach())

@@ -496,7 +496,12 @@ def expect_gradients(learner: Callable, reference: Callable, case: Case, wrt: Se
         try:
             out = output(fn(*args, **copy.deepcopy(case.kwargs)))
         except Exception as exc:  # noqa: BLE001 - the learner's code passed the value checks on these inputs
+            if fn is reference:
+                raise
             fail(f"`{name}` raised {type(exc).__name__} when its inputs require gradients: {exc}")
+        if fn is reference and getattr(out, "grad_fn", None) is None:
+            raise TypeError(f"the reference {getattr(reference, '__name__', reference)!r} is not differentiable in "
+                            "the arguments checked: give expect_gradients a written-out reference")
         if not isinstance(out, torch.Tensor) or out.grad_fn is None:
             fail(f"`{name}` gives the right values but no gradient flows through them (computed with NumPy, "
                  "`.detach()` or under `torch.no_grad()`?): training could not reach the parameters behind its "

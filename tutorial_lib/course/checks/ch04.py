@@ -27,8 +27,8 @@ import torch
 from torch import nn
 
 from ...utils.seeding import forked_torch_rng
-from .base import (Case, CheckFailed, ExerciseNotDone, call_learner, check_function, exercise_check, expect, fail, not_done_message,
-                   passed, to_numpy)
+from .base import (Case, CheckFailed, ExerciseNotDone, call_learner, check_function, exercise_check, expect,
+                   expect_gradients, fail, not_done_message, passed, to_numpy)
 
 if TYPE_CHECKING:
     from ...attention import SequenceContext
@@ -81,6 +81,12 @@ def reference_factorized_logits(f1: torch.Tensor, f2: torch.Tensor, d_head: int)
         layer.f1.copy_(f1)
         layer.f2.copy_(f2)
         return layer.pattern_logits().detach().clone()
+
+
+def _factorized_formula(f1: torch.Tensor, f2: torch.Tensor, d_head: int) -> torch.Tensor:
+    """:func:`reference_factorized_logits` written out, differentiable in ``f1, f2`` (the reference copies them
+    into a layer): the gradients the learner's function must give."""
+    return f1 @ f2.transpose(-2, -1) / math.sqrt(d_head)
 
 
 # ----------------------------------------------------------------------------- exercise 1: positional attention
@@ -281,6 +287,8 @@ def check_positional_attention(positional_attention: Callable[..., Any]) -> None
                    diagnose=lambda case, yours, expected: _diagnose_pa(case, yours, expected, positional_attention),
                    hint="sub = logits[:, positions][:, :, positions]; hide future and padding keys with -inf "
                         "(every position sees itself); softmax over the keys; weights @ v")
+    expect_gradients(positional_attention, reference_positional_attention, positional_cases()[3], wrt=(0, 2),
+                     name=name, output=lambda result: result[0])
     leak = prove_no_leakage_positional(positional_attention, name)
     if leak is not None:
         fail(f"`{name}` {leak}.")
@@ -358,6 +366,7 @@ def check_factorized_logits(factorized_logits: Callable[..., Any]) -> None:
     check_function(factorized_logits, reference_factorized_logits, factorized_cases(), name=name,
                    library=FACTORIZED_LIBRARY, diagnose=_diagnose_fact,
                    hint="f1 @ f2.transpose(-2, -1) / math.sqrt(d_head), one (n, n) matrix per head")
+    expect_gradients(factorized_logits, _factorized_formula, factorized_cases()[2], wrt=(0, 1), name=name)
     # Small factors (entries of F1 F2^T / 2 below ~0.1) and a relative tolerance: a soft cap such as the
     # library's 30 tanh(x / 30) bends such values by a few millionths of themselves, far below the 1e-4 tolerance.
     gen = torch.Generator().manual_seed(1)
