@@ -377,3 +377,13 @@ def test_in_heads_comparison_is_deterministic_and_leaves_the_rng_alone():
     assert torch.equal(state, torch.get_rng_state())
     assert max(first.values()) < 1e-5
     assert ch02.compare_in_heads(ch02.reference_attention) == first
+
+
+def test_attention_without_gradients_is_caught():
+    """The right numbers under torch.no_grad() would leave the projections untrained."""
+    def no_grad(q, k, v, allowed):
+        with torch.no_grad():
+            return ch02.reference_attention(q, k, v, allowed)
+
+    with pytest.raises(CheckFailed, match="no gradient flows"):
+        ch02.check_attention(no_grad)

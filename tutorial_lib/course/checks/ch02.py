@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from ...utils.seeding import forked_torch_rng
-from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, fail, is_stub_error,
-                   library_notice, passed, short_repr, to_numpy)
+from .base import (Case, CheckFailed, call_learner, check_function, exercise_check, expect, expect_gradients, fail,
+                   is_stub_error, library_notice, passed, short_repr, to_numpy)
 
 if TYPE_CHECKING:
     from ...attention import SequenceContext
@@ -180,10 +180,13 @@ def _diagnose_attention(case: Case, yours: Any, expected: tuple[torch.Tensor, to
 @exercise_check
 def check_attention(attention: Callable[..., Any]) -> None:
     """Check ``attention(q, k, v, allowed) -> (output, weights)`` against the library's ``naive_attention``."""
-    check_function(attention, reference_attention, attention_cases(), library=ATTENTION_LIBRARY,
+    cases = attention_cases()
+    check_function(attention, reference_attention, cases, library=ATTENTION_LIBRARY,
                    output_names=("output", "weights"), diagnose=_diagnose_attention,
                    hint="weights = softmax(q @ k^T / sqrt(d_head)) with the logits of hidden keys set to -inf "
                         "(softmax over the last dimension), output = weights @ v")
+    expect_gradients(attention, reference_attention, cases[2], wrt=(0, 1, 2),
+                     name=getattr(attention, "__name__", "attention"), output=lambda result: result[0])
 
 
 # ----------------------------------------------------------------------------- exercise 2: the causal mask
