@@ -377,3 +377,15 @@ def test_passes_runs_a_check_quietly_and_says_whether_it_passed(capsys):
     assert not passes(ch00.check_make_window, stub)
     assert not passes(ch00.check_make_window, right_padded)
     assert capsys.readouterr().out == ""
+
+
+def test_cutting_the_history_before_the_shift_gets_its_hint():
+    """A learner's off-by-one in notebook 00: the last max_len items give only max_len - 1 pairs."""
+    def cut_first(history, max_len):
+        h = np.asarray(history, dtype=np.int64)[-max_len:]
+        inputs, targets = np.zeros(max_len, np.int64), np.zeros(max_len, np.int64)
+        inputs[max_len - len(h) + 1:], targets[max_len - len(h) + 1:] = h[:-1], h[1:]
+        return inputs, targets
+
+    with pytest.raises(CheckFailed, match="before shifting, which loses the oldest pair"):
+        ch00.check_make_window(cut_first)

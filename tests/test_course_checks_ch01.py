@@ -1,6 +1,8 @@
 """Checks of notebook 01: the references pass, stubs say 'not done', typical mistakes get their hint."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -107,3 +109,16 @@ def test_integer_results_where_floats_are_expected_are_pointed_out():
 
     with pytest.raises(CheckFailed, match="integer cast"):
         ch01.check_ndcg_at_k(truncated)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda ranks, k: torch.where(ranks < k, 1.0 / torch.log2(ranks.double()), torch.zeros((), dtype=torch.double)),
+     "`log2(rank)` is 0 at the top"),
+    (lambda ranks, k: torch.where(ranks < k, 1.0 / torch.log2(ranks + 2.0), torch.ones(())),
+     "a miss (rank >= K) earns 0"),
+    (lambda ranks, k: torch.where(ranks < k, torch.log2(ranks + 2.0), torch.zeros(())), "the discount is the reciprocal"),
+])
+def test_more_ndcg_mistakes_get_their_hints(wrong, hint):
+    """Mistakes a learner tried in a walkthrough that got only the reminder."""
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch01.check_ndcg_at_k(wrong)

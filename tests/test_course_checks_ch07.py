@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -131,3 +132,38 @@ def test_zero_spread_of_the_differences_is_a_case_of_paired_t():
 
     with pytest.raises(CheckFailed, match="std_err = 0, t is inf"):
         ch07.check_paired_t(zero_std_err)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda values: (lambda v: (float(np.mean(v)) if v else float("nan"),
+                                float(np.std(v, ddof=1)) if len(v) > 1 else float("nan"), len(v)))(
+        [x for x in values if x and x == x]), "a value of exactly 0 was left out"),
+    (lambda values: (lambda v: (float(np.mean(v)) if v.size else float("nan"),
+                                float(np.std(v, ddof=1) / np.sqrt(v.size)) if v.size > 1 else float("nan"), v.size))(
+        np.asarray(values, float)[~np.isnan(np.asarray(values, float))]), "standard error of the mean"),
+    (lambda values: (lambda v: (float(np.mean(v)) if v.size else float("nan"),
+                                float(np.var(v, ddof=1)) if v.size > 1 else float("nan"), v.size))(
+        np.asarray(values, float)[~np.isnan(np.asarray(values, float))]), "you returned the variance"),
+])
+def test_more_mean_std_mistakes_get_their_hints(wrong, hint):
+    """Mistakes a learner tried in a walkthrough: dropping a 0.0 result passed, the others got the reminder."""
+    with pytest.raises(CheckFailed, match=hint):
+        ch07.check_mean_std(wrong)
+
+
+def test_a_paired_standard_error_with_the_wrong_divisor_is_named_even_when_t_is_right():
+    def se_ddof0_t_right(a, b):
+        d = np.asarray(a, float) - np.asarray(b, float)
+        mean, se = float(d.mean()), float(d.std(ddof=0) / np.sqrt(d.size))
+        right_se = float(d.std(ddof=1) / np.sqrt(d.size))
+        return mean, se, (mean / right_se if right_se else math.copysign(math.inf, mean) if mean else math.nan)
+
+    def sqrt_n_minus_1(a, b):
+        d = np.asarray(a, float) - np.asarray(b, float)
+        mean, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(d.size - 1))
+        return mean, se, (mean / se if se else math.copysign(math.inf, mean) if mean else math.nan)
+
+    with pytest.raises(CheckFailed, match=re.escape("use n - 1 (np.std(d, ddof=1))")):
+        ch07.check_paired_t(se_ddof0_t_right)
+    with pytest.raises(CheckFailed, match=re.escape("not / sqrt(n - 1)")):
+        ch07.check_paired_t(sqrt_n_minus_1)

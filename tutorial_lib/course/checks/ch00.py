@@ -62,6 +62,12 @@ def _diagnose(case: Case, yours: Any, expected: tuple[np.ndarray, np.ndarray]) -
     oldest[max_len - len(head):] = head
     if len(history) - 1 > max_len and np.array_equal(inputs, oldest):
         return "for a long history keep the most RECENT max_len items (the end of the history), not the oldest"
+    cut = history[-max_len:]                       # the history cut to max_len BEFORE the shift: one pair lost
+    early = np.zeros(max_len, dtype=np.int64), np.zeros(max_len, dtype=np.int64)
+    early[0][max_len - len(cut) + 1:], early[1][max_len - len(cut) + 1:] = cut[:-1], cut[1:]
+    if len(history) > max_len and np.array_equal(inputs, early[0]) and np.array_equal(targets, early[1]):
+        return ("you cut the history to max_len items before shifting, which loses the oldest pair: keep the last "
+                "max_len + 1 items (history[-(max_len + 1):]) and shift those, or cut inputs and targets separately")
     if np.array_equal(inputs, targets):
         return "targets are the inputs shifted by one step: the target at position t is the item after input t"
     if np.array_equal(inputs, exp_tg) and np.array_equal(targets, exp_in):

@@ -43,6 +43,9 @@ def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
     hit = r < k
     with np.errstate(divide="ignore"):
         return {
+            "log2_rank": np.where(hit, 1.0 / np.log2(r), 0.0),
+            "miss_scores_one": np.where(hit, 1.0 / np.log2(r + 2.0), 1.0),
+            "no_reciprocal": np.where(hit, np.log2(r + 2.0), 0.0),
             "cutoff": np.where(r <= k, 1.0 / np.log2(r + 2.0), 0.0),
             "cutoff_early": np.where(r < k - 1, 1.0 / np.log2(r + 2.0), 0.0),
             "one_based": np.where(hit, 1.0 / np.log2(r + 1.0), 0.0),
@@ -57,6 +60,11 @@ def _ndcg_variants(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
 
 
 NDCG_HINTS = {
+    "log2_rank": ("`log2(rank)` is 0 at the top (rank 0 gives 1 / log2(0) = -0, rank 1 divides by zero): with 0-based "
+                  "ranks the discount is 1 / log2(rank + 2), so that the top position scores exactly 1."),
+    "miss_scores_one": "a miss (rank >= K) earns 0, not 1: only a target inside the top K contributes.",
+    "no_reciprocal": ("the discount is the reciprocal, 1 / log2(rank + 2): it shrinks as the rank grows (1 at the top, "
+                      "0.63 at rank 1)."),
     "cutoff": ("off by one in the cut-off: ranks are 0-based, so rank k is the (k+1)-th position and lies OUTSIDE "
                "the top K. Keep `ranks < k`, not `ranks <= k`."),
     "cutoff_early": ("off by one in the cut-off, the other way: rank k - 1 is the K-th position and lies INSIDE the "
@@ -171,8 +179,9 @@ TIE_ORDER_HINT = ("each of your ranks lies within the target's group of tied sco
 
 
 NAN_HINT = ("every comparison with NaN is False, so with `>=` a NaN target beats every candidate and a NaN "
-            "candidate never competes (section 4). Count the candidates that are NOT BELOW the target, "
-            "`~(scores < target_score)`: for numbers that is `>=`, and NaN then counts against the target")
+            "candidate never competes (section 4); replacing NaN by -inf first hides a NaN candidate the same way. "
+            "Count the candidates that are NOT BELOW the target, `~(scores < target_score)`: for numbers that is "
+            "`>=`, and NaN then counts against the target")
 
 
 def _diagnose_rank(case: Case, yours: Any, expected: torch.Tensor) -> str | None:

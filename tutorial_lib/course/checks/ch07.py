@@ -60,6 +60,7 @@ def mean_std_cases() -> list[Case]:
         Case(([0.0899, 0.0920, 0.0881, 0.0905, 0.0912],), label="five seeds"),
         Case((np.array([0.25, 0.27]),), label="two seeds, as a NumPy array"),
         Case(([0.1190, float("nan"), 0.1210],), label="a seed without a result (NaN) must be left out"),
+        Case(([0.0, 0.1, float("nan")],), label="a run that scored exactly 0 is a result, not a missing one"),
         Case(([0.0573],), label="a single seed: the spread is unknown, so std is NaN"),
         Case((rng.uniform(0.05, 0.25, size=12).tolist(),), label="random values"),
         Case(([],), label="no value at all: return (nan, nan, 0)"),
@@ -85,6 +86,14 @@ def _diagnose_mean_std(case: Case, yours: Any, expected: tuple[float, float, int
         return "n counts the seeds that have a result: do not count the NaN"
     if finite.size == 0 and not (math.isnan(mean) and math.isnan(std) and n == 0):
         return "with no value left, there is nothing to average: return (float('nan'), float('nan'), 0)"
+    if finite.size > 1 and n == int((finite != 0).sum()) and (finite == 0).any():
+        return ("a value of exactly 0 was left out: a run that scores 0 is a result; only NaN is missing (`if v` "
+                "drops 0.0 too; test with np.isnan)")
+    if finite.size > 1 and math.isclose(std, float(finite.std(ddof=1)) / math.sqrt(finite.size), rel_tol=1e-6):
+        return ("you returned the standard error of the mean, std / sqrt(n): return the standard deviation of the "
+                "values themselves (the spread of the seeds)")
+    if finite.size > 1 and math.isclose(std, float(finite.var(ddof=1)), rel_tol=1e-6) and std != 0.0:
+        return "you returned the variance: the standard deviation is its square root"
     if finite.size == 1 and std == 0.0:
         return ("with a single seed the spread is unknown, not zero: return float('nan') for std "
                 "(np.std([x], ddof=1) would warn and give nan)")
@@ -132,7 +141,8 @@ def _paired_variants(a, b) -> dict[str, tuple[float, float, float]]:
     out = {}
     for key, se in (("unpaired", math.sqrt(a.var(ddof=1) / n + b.var(ddof=1) / n)),
                     ("ddof0", d.std(ddof=0) / math.sqrt(n)), ("no_sqrt_n", d.std(ddof=1)),
-                    ("over_n", d.std(ddof=1) / n)):
+                    ("over_n", d.std(ddof=1) / n),
+                    ("sqrt_n_minus_1", d.std(ddof=1) / math.sqrt(n - 1) if n > 1 else float("nan"))):
         out[key] = (m, float(se), _t(m, float(se)))
     se = float(d.std(ddof=1) / math.sqrt(n))
     out["swapped"] = (-m, se, _t(-m, se))
@@ -146,6 +156,8 @@ _PAIRED_HINTS = {
     "no_sqrt_n": "that is the standard deviation of the differences; the standard error of their mean is "
                  "std(d) / sqrt(n)",
     "over_n": "the standard error is std(d) / sqrt(n), not std(d) / n",
+    "sqrt_n_minus_1": "the standard error is std(d) / sqrt(n), not / sqrt(n - 1): the n - 1 belongs inside std "
+                      "(ddof=1) only",
     "swapped": "the sign is reversed: the differences are a - b (positive when a is better)",
 }
 
@@ -157,8 +169,13 @@ def _diagnose_paired_t(case: Case, yours: Any, expected: tuple[float, float, flo
         got = np.array([float(x) for x in yours])
     except (TypeError, ValueError):
         return None
-    for key, values in _paired_variants(*case.args).items():
+    variants = _paired_variants(*case.args)
+    for key, values in variants.items():
         if np.allclose(got, values, rtol=1e-6, atol=1e-12):
+            return _PAIRED_HINTS[key]
+    for key, values in variants.items():      # the standard error alone (t may be right, e.g. from scipy)
+        if key != "swapped" and np.isclose(got[1], values[1], rtol=1e-6, atol=1e-12) and \
+                not np.isclose(got[1], float(expected[1]), rtol=1e-6, atol=1e-12):
             return _PAIRED_HINTS[key]
     if np.allclose(got[:2], np.asarray(expected[:2], float), rtol=1e-6, atol=1e-12):
         if float(expected[1]) == 0.0:
