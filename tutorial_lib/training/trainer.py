@@ -2,7 +2,6 @@
 best-weight restore, checkpoint/resume, progress bars, optional mixed precision."""
 from __future__ import annotations
 
-import copy
 import math
 import numbers
 import os
