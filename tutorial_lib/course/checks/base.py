@@ -485,7 +485,7 @@ def expect_gradients(learner: Callable, reference: Callable, case: Case, wrt: Se
     The two are differentiated through the same weighted sum, weights spread over [-1, 2]."""
     import torch
 
-    labels = list(_parameter_names(reference))
+    labels = _parameter_names(reference)
     grads = []
     for fn in (learner, reference):
         args = list(copy.deepcopy(case.args))
