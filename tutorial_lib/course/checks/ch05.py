@@ -127,6 +127,12 @@ def check_window_mask(window_mask: Callable[..., Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- exercise 2: conv encoder
+def _reach(taps: int, causal: bool) -> int:
+    """The window ``s`` of a kernel with ``taps`` taps: ``s + 1`` taps ending at ``i`` (causal) or ``2 s + 1`` centred
+    on ``i`` (bidirectional)."""
+    return taps - 1 if causal else (taps - 1) // 2
+
+
 def reference_conv_encoder(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, causal: bool) -> torch.Tensor:
     """The library's convolutional local head: ``(B, L, d_h)`` values -> ``(B, L, d_h)``.
 
@@ -136,7 +142,7 @@ def reference_conv_encoder(v: torch.Tensor, weight: torch.Tensor, bias: torch.Te
     from ...attention.local import LocalAttention
 
     taps, dh = weight.shape[-1], weight.shape[0]
-    s = taps - 1 if causal else (taps - 1) // 2
+    s = _reach(taps, causal)
     L = v.shape[1]
     with forked_torch_rng():
         layer = LocalAttention(2 * dh, 2, 1, "conv", max_len=max(L, s + 1) + 1, window=s, causal=causal)
@@ -152,7 +158,7 @@ def _conv_formula(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, cau
     import torch.nn.functional as F
 
     taps = weight.shape[-1]
-    s = taps - 1 if causal else (taps - 1) // 2
+    s = _reach(taps, causal)
     x = F.pad(v.transpose(1, 2), (s, 0) if causal else (s, s))
     return torch.relu(F.conv1d(x, weight, bias)).transpose(1, 2)
 
@@ -185,7 +191,7 @@ def _conv_variants(v: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, ca
     """Typical mistakes, computed, so that a wrong result can be recognised: each ``(B, L, d_h)``."""
     taps = weight.shape[-1]
     x = v.transpose(1, 2)
-    s = taps - 1 if causal else (taps - 1) // 2
+    s = _reach(taps, causal)
     pad = (s, 0) if causal else (s, s)
     out = {
         "no_relu": F.conv1d(F.pad(x, pad), weight, bias).transpose(1, 2),
