@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tutorial_lib.attention import SequenceContext
 from tutorial_lib.attention.kernelized import (
@@ -15,6 +16,9 @@ from tutorial_lib.attention.kernelized import (
     KernelizedAttention,
     causal_shape_ratio,
     counting_kernel,
+    exact_skew_normal_covariance,
+    exact_skew_normal_delta,
+    exact_skew_normal_sample,
     listwise_cooccurrence_loss,
     skew_normal_covariance,
     skew_normal_mean,
@@ -424,3 +428,128 @@ def test_evaluation_does_not_build_psi_unless_weights_are_asked(monkeypatch):
         out2, _ = att(x, _ctx(ids, need_weights=True))
     assert calls == [1] and att.last_psi is not None
     torch.testing.assert_close(out, out2)
+
+
+# ----------------------------------------------------------------------------- A6: the exact construction
+def _sign_flip_skew_normal(psi: torch.Tensor, alpha: torch.Tensor, draws: int, seed: int) -> torch.Tensor:
+    """SN(0, ψ, α) by its definition, independently of the additive construction: ``y ~ N(0, ψ)``, ``u ~ N(0, 1)``,
+    ``z = y`` if ``u < αᵀy`` else ``-y`` (the density ``2 φ(z; ψ) Φ(αᵀz)``)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randn(draws, psi.shape[0], generator=g, dtype=psi.dtype) @ torch.linalg.cholesky(psi).t()
+    u = torch.randn(draws, generator=g, dtype=psi.dtype)
+    return torch.where((u < y @ alpha)[:, None], y, -y)
+
+
+def test_exact_sampler_is_the_skew_normal_of_eq_4():
+    """The exact construction draws SN(ξ, ωψω, α): its mean, covariance and third moments agree with the closed
+    form and with the definition's sign-flip sampler (which shares no code with it)."""
+    n, draws = 4, 400_000
+    psi = _random_correlation(n, seed=3)
+    xi = torch.tensor([0.5, -1.0, 0.0, 2.0], dtype=torch.float64)
+    omega = torch.tensor([1.0, 0.5, 2.0, 0.3], dtype=torch.float64)
+    alpha = torch.tensor([2.0, 0.0, 1.5, -1.0], dtype=torch.float64)
+    z = exact_skew_normal_sample(xi.expand(draws, n), omega.expand(draws, n), alpha.expand(draws, n), psi,
+                                 torch.linalg.cholesky(psi), torch.Generator().manual_seed(0))
+    delta = exact_skew_normal_delta(alpha[None], psi)[0][0]
+    want_delta = psi @ alpha / torch.sqrt(1 + alpha @ psi @ alpha)
+    torch.testing.assert_close(delta, want_delta)
+    torch.testing.assert_close(z.mean(0), skew_normal_mean(xi, omega, delta), atol=0.01, rtol=0.0)
+    torch.testing.assert_close(torch.cov(z.t()), exact_skew_normal_covariance(omega, delta, psi), atol=0.02,
+                               rtol=0.02)
+    ref = xi + omega * _sign_flip_skew_normal(psi, alpha, draws, seed=1)
+    torch.testing.assert_close(z.mean(0), ref.mean(0), atol=0.01, rtol=0.0)
+    third = ((z - z.mean(0)) ** 3).mean(0) / z.var(0) ** 1.5
+    third_ref = ((ref - ref.mean(0)) ** 3).mean(0) / ref.var(0) ** 1.5
+    torch.testing.assert_close(third, third_ref, atol=0.03, rtol=0.0)
+    assert third.abs().max() > 0.1                                         # skewed, so the comparison has teeth
+
+
+def test_exact_and_eq_13_agree_where_they_must_and_differ_elsewhere():
+    """With ψ = I and one key skewed, both give δ_j = α_j / sqrt(1 + α_j^2); with correlated keys the exact δ
+    spreads the skew to the keys correlated with the skewed one, which Eq. 13 does not."""
+    alpha = torch.tensor([[0.0, 1.7, 0.0]], dtype=torch.float64)
+    delta, quad = exact_skew_normal_delta(alpha, torch.eye(3, dtype=torch.float64))
+    torch.testing.assert_close(delta, alpha / torch.sqrt(1 + alpha ** 2))
+    assert quad.item() == pytest.approx(1.7 ** 2)
+    psi = torch.tensor([[1.0, 0.6, 0.0], [0.6, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    spread, _ = exact_skew_normal_delta(alpha, psi)
+    assert spread[0, 0] > 0.3 and spread[0, 2] == 0
+
+
+def test_exact_sample_gradients_match_finite_differences():
+    psi = _random_correlation(4, seed=1)
+    g = torch.Generator().manual_seed(0)
+    xi = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    omega = torch.rand(2, 4, generator=g, dtype=torch.float64) + 0.5
+    alpha = torch.rand(2, 4, generator=g, dtype=torch.float64) * 2
+
+    def sample(xi, omega, alpha, psi):
+        return exact_skew_normal_sample(xi, omega, alpha, psi, torch.linalg.cholesky(psi), torch.Generator().manual_seed(1))
+
+    inputs = tuple(t.clone().requires_grad_() for t in (xi, omega, alpha, psi))
+    assert torch.autograd.gradcheck(lambda a, b, c, p: sample(a, b, c, (p + p.t()) / 2), inputs)
+    sample(*inputs).pow(2).sum().backward()
+    assert all(t.grad.abs().sum() > 0 for t in inputs)
+
+
+def test_exact_layer_evaluates_the_exact_mean_and_is_causal():
+    """``construction="exact"``: at evaluation the logits are Ξ + Ω δ sqrt(2/π) with δ = ψα / sqrt(1 + αᵀψα) (ψ is
+    built for it); the training sample of a row does not move when later items change."""
+    att, provider = _layer()
+    exact = KernelizedAttention(D, 1, provider, "ciu", construction="exact")
+    exact.load_state_dict(att.state_dict())
+    with torch.no_grad():
+        exact.shape_qk.bias.fill_(1.0)
+    exact.eval()
+    ids = torch.tensor([[0, 1, 2, 3, 4, 2, 1], [5, 6, 7, 8, 1, 2, 3]])
+    x = torch.randn(2, L, D)
+    ctx = _ctx(ids, need_weights=True)
+    with torch.no_grad():
+        _, w = exact(x, ctx)
+        q, k, _ = exact.qkv(x).chunk(3, dim=-1)
+        a, b = exact.scale_qk(x).chunk(2, dim=-1)
+        c, e = exact.shape_qk(x).chunk(2, dim=-1)
+        alpha = F.softplus(c @ e.transpose(1, 2) / math.sqrt(D)) * provider.batch(ctx)["shape"]
+        psi = exact.correlation(x, ctx, provider.batch(ctx))
+        delta = torch.stack([torch.stack([psi[i] @ alpha[i, t] / torch.sqrt(1 + alpha[i, t] @ psi[i] @ alpha[i, t])
+                                          for t in range(L)]) for i in range(2)])
+        z = q @ k.transpose(1, 2) / math.sqrt(D) + (F.softplus(a @ b.transpose(1, 2) / math.sqrt(D)) + 1e-4) \
+            * delta * math.sqrt(2 / math.pi)
+    want = torch.softmax(z.masked_fill(~allowed_by_loops(ids), float("-inf")), dim=-1)
+    torch.testing.assert_close(w[:, 0], want, atol=1e-5, rtol=1e-5)
+    _, w_eq13 = att.eval()(x, ctx)
+    assert (w_eq13 - w).abs().max() > 1e-3                                 # a different layer, not a renaming
+    model = build_model("rksa", 8, L, n_users=3, d_model=D, dropout=0.0, construction="exact")
+    model.prepare(LeaveOneOutSplit([np.array([1, 2, 3, 4, 2]), np.array([2, 3, 5]), np.array([6, 1, 2])],
+                                   np.zeros(3, np.int64), np.zeros(3, np.int64), 8))
+    model.train()
+    ids2 = ids.clone()
+    ids2[:, -2:] = torch.tensor([[7, 7], [8, 8]])
+    users = torch.tensor([0, 2])
+    torch.manual_seed(4)
+    out = model(ids, users=users)
+    torch.manual_seed(4)
+    out2 = model(ids2, users=users)
+    torch.testing.assert_close(out[:, :-2][ids[:, :-2] > 0], out2[:, :-2][ids[:, :-2] > 0], atol=1e-5, rtol=1e-5)
+    out.sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad
+               and p.grad is not None)
+
+
+# ----------------------------------------------------------------------------- A9: normalized shape counts
+def test_normalized_shape_counts_use_the_counting_kernel():
+    seqs = [np.array([1, 2, 3, 4, 8]), np.array([2, 3, 4, 7, 6]), np.array([1, 3, 5, 5]), np.array([3, 4, 2, 1]),
+            np.array([3, 6, 7, 8]), np.array([3, 5, 6, 1]), np.array([1, 2, 6, 7])]       # item 3 popular
+    split = leave_one_out(SequenceDataset("t", seqs, 9))
+    ids = torch.tensor([[0, 1, 2, 3, 4], [2, 3, 4, 1, 5]])
+    ctx = SequenceContext.from_item_ids(ids)
+    raw, normalized = CooccurrenceProvider(), CooccurrenceProvider(shape_counts="normalized")
+    raw.prepare(split), normalized.prepare(split)
+    a, b = raw.batch(ctx), normalized.batch(SequenceContext.from_item_ids(ids))
+    torch.testing.assert_close(b["cooc"], a["cooc"])
+    torch.testing.assert_close(b["shape"], causal_shape_ratio(a["counting"], ids > 0))
+    assert (b["shape"] - a["shape"]).abs().max() > 1e-3
+    with pytest.raises(ConfigError, match="shape_counts"):
+        CooccurrenceProvider(shape_counts="cosine")
+    with pytest.raises(ConfigError, match="construction"):
+        KernelizedAttention(D, 1, raw, "ci", construction="azzalini")

@@ -45,6 +45,12 @@ history, ``P_j - 1`` for such an item; training, validation and test then see th
 
 Eq. 13 is Azzalini & Dalla Valle's per-coordinate construction: its covariance is
 ``ω_j ω_k [δ_j δ_k (1 - 2/π) + sqrt((1 - δ_j^2)(1 - δ_k^2)) ψ_jk]``, not ``ω ψ ω`` (A6).
+``construction="exact"`` (our variant, off by default) draws from ``SN(ξ, ωψω, α)`` as Eq. 4 writes it instead:
+``δ = ψα / sqrt(1 + αᵀψα)`` per row, so the skew of one key is shared with the keys correlated with it and the
+whole row's ``α`` sets how far the row is skewed (:func:`exact_skew_normal_sample`).
+
+``shape_counts="normalized"`` (A9's ablation, off by default) builds the shape ratio of Eq. 10 from the
+counting kernel ``P_jl^2 / (P_j P_l)`` instead of the raw counts, which popular items dominate.
 """
 from __future__ import annotations
 
@@ -101,6 +107,53 @@ def skew_normal_covariance(omega: torch.Tensor, delta: torch.Tensor, psi: torch.
     s = torch.sqrt(1.0 - delta ** 2)
     inner = torch.outer(delta, delta) * (1.0 - 2.0 / math.pi) + torch.outer(s, s) * psi
     return torch.outer(omega, omega) * inner
+
+
+def exact_skew_normal_delta(alpha: torch.Tensor, psi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A6, the exact Azzalini-Capitanio parameter: ``δ = ψ α / sqrt(1 + αᵀ ψ α)`` for each row of ``α``.
+
+    Args:
+        alpha: ``(..., R, N)`` shape parameters, one row of ``N`` keys per query row.
+        psi: ``(..., N, N)`` correlation matrix (symmetric), broadcast over the rows.
+    Returns:
+        ``δ`` ``(..., R, N)`` and the quadratic form ``αᵀ ψ α`` ``(..., R, 1)``.
+    """
+    psi_alpha = alpha @ psi                                                           # ψ symmetric: (ψα)ᵀ per row
+    quad = (alpha * psi_alpha).sum(-1, keepdim=True).clamp_min(0.0)
+    return psi_alpha * torch.rsqrt(1.0 + quad), quad
+
+
+def exact_skew_normal_sample(xi: torch.Tensor, omega: torch.Tensor, alpha: torch.Tensor, psi: torch.Tensor,
+                             chol: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A draw of ``SN_N(ξ, ω ψ ω, α)``, Eq. 4 exactly (A6's alternative to Eq. 13), reparameterised.
+
+    ``z = ξ + ω ⊙ (δ |y_0| + w)`` with ``δ`` of :func:`exact_skew_normal_delta`, ``y_0 ~ N(0, 1)`` per row and
+    ``w ~ N(0, ψ - δ δᵀ)``, independent (Azzalini & Capitanio's additive representation). ``w`` comes from
+    ``y ~ N(0, ψ)`` (the shared Cholesky factor) without a factor per row: ``w = y - k δ (αᵀ y) / sqrt(1 + q)``
+    with ``q = αᵀ ψ α`` and ``k = sqrt(1 + q) / (1 + sqrt(1 + q))``, the root of ``k² δᵀψ⁻¹δ - 2k + 1 = 0``
+    (``ψ⁻¹ δ = α / sqrt(1 + q)``), which makes ``Cov(w) = ψ - δ δᵀ``.
+
+    Args:
+        xi, omega, alpha: ``(..., R, N)`` location, scale and shape (``α = 0`` on masked keys).
+        psi, chol: ``(..., N, N)`` correlation matrix and its lower Cholesky factor (broadcast over the rows).
+    Returns:
+        ``(..., R, N)`` samples, differentiable in ``xi, omega, alpha, psi, chol``.
+    """
+    delta, quad = exact_skew_normal_delta(alpha, psi)
+    y0 = torch.randn((*xi.shape[:-1], 1), generator=generator, dtype=xi.dtype, device=xi.device).abs()
+    eps = torch.randn(xi.shape, generator=generator, dtype=xi.dtype, device=xi.device)
+    y = eps @ chol.transpose(-2, -1)                                                  # rows ~ N(0, ψ)
+    root = torch.sqrt(1.0 + quad)
+    w = y - delta * (alpha * y).sum(-1, keepdim=True) / (1.0 + root)                  # k / sqrt(1 + q) = 1 / (1 + root)
+    return xi + omega * (delta * y0 + w)
+
+
+def exact_skew_normal_covariance(omega: torch.Tensor, delta: torch.Tensor, psi: torch.Tensor) -> torch.Tensor:
+    """Covariance of one row of the exact construction: ``ω_j ω_k (ψ_jk - (2/π) δ_j δ_k)``.
+
+    ``omega, delta``: ``(N,)`` (``δ`` from :func:`exact_skew_normal_delta`); ``psi``: ``(N, N)``.
+    """
+    return torch.outer(omega, omega) * (psi - torch.outer(delta, delta) * (2.0 / math.pi))
 
 
 def counting_kernel(cooc: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -170,12 +223,24 @@ def listwise_cooccurrence_loss(psi: torch.Tensor, cooc: torch.Tensor, valid: tor
 
 class CooccurrenceProvider(nn.Module):
     """Holds the training split's co-occurrence table (shared by the layers of a model) and the
-    per-batch lookups, computed once per batch and cached in ``ctx.extras``."""
+    per-batch lookups, computed once per batch and cached in ``ctx.extras``.
 
-    def __init__(self, leave_user_out: bool = False):
+    Args:
+        leave_user_out: count over the other users only (see the module docstring).
+        shape_counts: what the two-hop shape ratio of Eq. 10 sums: ``"raw"`` counts ``C`` (default, the
+            paper's "co-occurrence matrix"; popular items dominate them) or ``"normalized"``, the counting
+            kernel ``P_jl^2 / (P_j P_l)`` (A9's ablation).
+    """
+
+    def __init__(self, leave_user_out: bool = False, shape_counts: str = "raw"):
         super().__init__()
+        if shape_counts not in ("raw", "normalized"):
+            raise ConfigError(f"shape_counts must be 'raw' (the co-occurrence counts C, the paper's Eq. 10) or "
+                              f"'normalized' (the counting kernel P_jl^2 / (P_j P_l), docs/methods.md A9), "
+                              f"got {shape_counts!r}")
         self.table = None
         self.leave_user_out = leave_user_out
+        self.shape_counts = shape_counts
 
     def prepare(self, split: LeaveOneOutSplit) -> None:
         """Count co-occurrences in ``split.train`` (training items only)."""
@@ -202,8 +267,9 @@ class CooccurrenceProvider(nn.Module):
             own = self.table.owned(ctx.users, ids).to(cooc.dtype)                   # (B, L)
             cooc = cooc - own[:, :, None] * own[:, None, :]                          # other users' counts only
             counts = counts - own
-        out = {"cooc": cooc, "counting": counting_kernel(cooc, counts),
-               "shape": causal_shape_ratio(cooc, ctx.valid_mask)}
+        counting = counting_kernel(cooc, counts)
+        out = {"cooc": cooc, "counting": counting,
+               "shape": causal_shape_ratio(cooc if self.shape_counts == "raw" else counting, ctx.valid_mask)}
         ctx.extras["rksa"] = out
         return out
 
@@ -225,12 +291,20 @@ class KernelizedAttention(Attention):
             (A1 option a, closer to the paper, which defines ``ω, s, α`` for the last item only: only the
             last query row, the most recent item, gets the skew-normal logits; every other row uses the
             location ``Ξ`` alone, i.e. dot-product attention, in training and evaluation).
+        construction: ``"eq13"`` (default, the paper's Eq. 13: ``δ_j = α_j / sqrt(1 + α_j^2)`` per key) or
+            ``"exact"`` (A6: a draw of ``SN(ξ, ωψω, α)`` as Eq. 4 writes it, ``δ = ψα / sqrt(1 + αᵀψα)`` per
+            row, :func:`exact_skew_normal_sample`; its mean at evaluation reads ``ψ``, so ``ψ`` is built there).
     """
 
     def __init__(self, d_model: int, n_heads: int, cooccurrence: CooccurrenceProvider, kernels: str = "ciu",
                  item_kernel: str = "linear", attn_dropout: float = 0.0, rank_weight: float = 1e-3,
-                 tau: float = 0.1, stochastic: bool = True, stochastic_rows: str = "all"):
+                 tau: float = 0.1, stochastic: bool = True, stochastic_rows: str = "all",
+                 construction: str = "eq13"):
         super().__init__()
+        if construction not in ("eq13", "exact"):
+            raise ConfigError(f"construction must be 'eq13' (the paper's per-coordinate sample, Eq. 13) or 'exact' "
+                              f"(Azzalini-Capitanio's SN(ξ, ωψω, α) of Eq. 4, docs/methods.md A6), "
+                              f"got {construction!r}")
         if stochastic_rows not in ("all", "last"):
             raise ConfigError(f"stochastic_rows must be 'all' (every query row) or 'last' (only the most recent "
                               f"item's row, docs/methods.md A1), got {stochastic_rows!r}")
@@ -245,6 +319,7 @@ class KernelizedAttention(Attention):
         self.d_model, self.n_heads, self.dh = d_model, n_heads, d_model // n_heads
         self.kernels, self.item_kernel, self.rank_weight, self.tau = kernels, item_kernel, rank_weight, tau
         self.attn_dropout, self.stochastic, self.stochastic_rows = attn_dropout, stochastic, stochastic_rows
+        self.construction = construction
         self.cooccurrence = cooccurrence
         self.qkv = nn.Linear(d_model, 3 * d_model)        # location Q, K and the values
         self.scale_qk = nn.Linear(d_model, 2 * d_model)   # Ω
@@ -319,16 +394,23 @@ class KernelizedAttention(Attention):
         rows = slice(None) if self.stochastic_rows == "all" else slice(-1, None)     # query rows that are RKSA's
         omega = F.softplus(self._row_logits(self.scale_qk, x)) + 1e-4                # (B, H, R, L)
         alpha = F.softplus(self._row_logits(self.shape_qk, x)) * stats["shape"][:, None, rows]
-        delta = alpha / torch.sqrt(1.0 + alpha ** 2)
-        # ψ shapes the noise and the listwise loss only: the mean logit at evaluation does not read it
-        psi = self.correlation(x, ctx, stats) if self.training or ctx.need_weights else None
+        exact = self.construction == "exact"
+        # with Eq. 13, ψ shapes the noise and the listwise loss only: the mean logit at evaluation does not read it
+        psi = self.correlation(x, ctx, stats) if self.training or ctx.need_weights or exact else None
         self.last_psi = psi.detach() if ctx.need_weights else None
-        if self.training and self.stochastic:
-            chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None]           # (B, 1, L, L)
+        sample = self.training and self.stochastic
+        chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None] if sample else None   # (B, 1, L, L)
+        if exact and sample:
+            z = exact_skew_normal_sample(xi[:, :, rows], omega, alpha, psi.to(x.dtype)[:, None], chol)
+        elif exact:
+            delta = exact_skew_normal_delta(alpha, psi.to(x.dtype)[:, None])[0]
+            z = skew_normal_mean(xi[:, :, rows], omega, delta)
+        elif sample:
+            delta = alpha / torch.sqrt(1.0 + alpha ** 2)
             spread = torch.rsqrt(1.0 + alpha ** 2)                                    # sqrt(1 - δ^2), stably
             z = skew_normal_sample(xi[:, :, rows], omega, delta, chol, spread=spread)
         else:
-            z = skew_normal_mean(xi[:, :, rows], omega, delta)
+            z = skew_normal_mean(xi[:, :, rows], omega, alpha / torch.sqrt(1.0 + alpha ** 2))
         if self.stochastic_rows == "last":                                            # the other rows: Ξ alone
             z = torch.cat([xi[:, :, :-1], z], dim=2)
         allowed = ctx.allowed()

@@ -19,12 +19,14 @@ def build_rksa_model(n_items: int, max_len: int, n_users: int | None, kernels: s
                      n_layers: int = 2, n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0,
                      item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
                      ffn_dim: int | None = None, stochastic_rows: str = "all",
-                     leave_user_out: bool = False) -> SequentialRecommender:
+                     leave_user_out: bool = False, construction: str = "eq13",
+                     shape_counts: str = "raw") -> SequentialRecommender:
     """RKSA on SASRec's backbone, its layers sharing one :class:`CooccurrenceProvider`; ``n_users`` is required
     when the kernels read the user embedding (see :class:`KernelizedAttention` for the options)."""
-    provider = CooccurrenceProvider(leave_user_out)
+    provider = CooccurrenceProvider(leave_user_out, shape_counts)
     layers = [KernelizedAttention(d_model, n_heads, provider, kernels, item_kernel, attn_dropout, rank_weight,
-                                  stochastic=stochastic, stochastic_rows=stochastic_rows) for _ in range(n_layers)]
+                                  stochastic=stochastic, stochastic_rows=stochastic_rows, construction=construction)
+              for _ in range(n_layers)]
     uses_user = layers[0].uses_user
     if uses_user and not n_users:
         raise ConfigError(f"RKSA with kernels {kernels!r} reads a user embedding: pass n_users (the number of "
@@ -45,9 +47,11 @@ def _register(name: str, kernels: str, description: str, variant_of: str | None 
               n_heads: int = 1, dropout: float = 0.5, attn_dropout: float = 0.0, kernels: str = kernels,
               item_kernel: str = "linear", rank_weight: float = 1e-3, stochastic: bool = True,
               ffn_dim: int | None = None, stochastic_rows: str = "all",
-              leave_user_out: bool = False) -> SequentialRecommender:
+              leave_user_out: bool = False, construction: str = "eq13",
+              shape_counts: str = "raw") -> SequentialRecommender:
         return build_rksa_model(n_items, max_len, n_users, kernels, d_model, n_layers, n_heads, dropout, attn_dropout,
-                                item_kernel, rank_weight, stochastic, ffn_dim, stochastic_rows, leave_user_out)
+                                item_kernel, rank_weight, stochastic, ffn_dim, stochastic_rows, leave_user_out,
+                                construction, shape_counts)
 
     build.__doc__ = f"{description} (see attention.kernelized)."
 
