@@ -387,3 +387,55 @@ def test_attention_without_gradients_is_caught():
 
     with pytest.raises(CheckFailed, match="no gradient flows"):
         ch02.check_attention(no_grad)
+
+
+def test_attention_renormalised_after_the_softmax_is_caught_where_it_gives_nan():
+    """Masking after the softmax and renormalising agrees with the reference while the visible keys keep some
+    weight, and gives 0/0 when the hidden keys' logits are far larger: a case has them 50 to 200 above."""
+    def renormalised(q, k, v, allowed):
+        w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) * allowed
+        w = w / w.sum(-1, keepdim=True)
+        return w @ v, w
+
+    with pytest.raises(CheckFailed, match="AFTER the softmax|BEFORE the softmax"):
+        ch02.check_attention.__wrapped__(renormalised)
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda q, k, v, a: _finish(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), v, a), "K Q^T"),
+    (lambda q, k, v, a: _finish(q @ k.transpose(-2, -1) * math.sqrt(q.shape[-1]), v, a), "multiplied the logits"),
+    (lambda q, k, v, a: (lambda w: (w @ v, w))(
+        torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~a, float("-inf")), -1) / math.sqrt(q.shape[-1])),
+     "the scaling comes after the softmax"),
+    (lambda q, k, v, a: (attention(q, k, v, a)[0],
+                         (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(~a, float("-inf"))),
+     "the second value is the logits"),
+])
+def test_more_attention_mistakes_get_their_hint(wrong, hint):
+    with pytest.raises(CheckFailed, match=re.escape(hint)):
+        ch02.check_attention.__wrapped__(wrong)
+
+
+def _finish(logits, v, allowed):
+    w = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+    return w @ v, w
+
+
+@pytest.mark.parametrize("split, merge, name", [
+    (split_heads, lambda x: merge_heads(x).tolist(), "merge"),
+    (lambda x, H: split_heads(x, H).numpy(), lambda x: merge_heads(torch.as_tensor(x)).numpy(), "split"),
+    (lambda x, H: list(split_heads(x, H)), merge_heads, "split"),
+])
+def test_heads_that_return_lists_or_arrays_are_told_to_return_tensors(split, merge, name):
+    split.__name__, merge.__name__ = "split_heads", "merge_heads"
+    with pytest.raises(CheckFailed, match=rf"`{name}_heads` returned a \w+: return a torch tensor"):
+        ch02.check_heads.__wrapped__(split, merge)
+
+
+def test_a_block_that_switches_to_eval_mode_is_told_so():
+    def evaluates(block, x, ctx):
+        block.eval()
+        return block_forward(block, x, ctx)
+
+    with pytest.raises(CheckFailed, match=re.escape("switched the block to evaluation mode (block.eval()")):
+        ch02.check_block.__wrapped__(evaluates)

@@ -77,6 +77,12 @@ def attention_cases(seed: int = 0) -> list[Case]:
     k = k.abs() + 1.0                                           # a finite fill (-20, -100) then beats the visible keys
     cases.append(Case((q, k, v, reference_causal_mask(5)), label="every logit strongly negative (about -80 to -180): "
                                                                   "is a hidden key really at -inf?"))
+    q = torch.ones(1, 1, 5, 4)
+    k = torch.arange(5, dtype=torch.float32).mul(25.0)[None, None, :, None].expand(1, 1, 5, 4).contiguous()
+    v = _qkv(rng, 1, 1, 5, 4)[2]                               # logit of key j: 50 j, so every hidden (future) key
+    cases.append(Case((q, k, v, reference_causal_mask(5)),     # is 50 to 200 above the visible ones
+                      label="the hidden (future) keys' logits 50 to 200 above the visible ones: is the mask applied "
+                            "before the softmax?"))
     for _ in range(4):
         B, H, L, dh = (int(x) for x in rng.integers([1, 1, 2, 2], [4, 5, 10, 17]))
         q, k, v = _qkv(rng, B, H, L, dh, scale=float(rng.uniform(0.5, 2.0)))
@@ -106,7 +112,25 @@ def _attention_variants(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allow
         "inverted": _inverted(raw, v, allowed, dh),
         "no_mask": _no_mask(raw, v, dh),
         "mask_after_softmax": _mask_after_softmax(raw, v, allowed, dh),
+        "transposed_logits": finish(k @ q.transpose(-2, -1) / math.sqrt(dh)),
+        "times_sqrt_d": finish(raw * math.sqrt(dh)),
+        "scale_after_softmax": _scaled_after_softmax(raw, v, allowed, dh),
+        "logits_as_weights": _logits_as_weights(raw, v, allowed, dh),
     }
+
+
+def _scaled_after_softmax(raw: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, dh: int
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, weights)`` when the division by ``sqrt(d_head)`` comes after the softmax."""
+    w = torch.softmax(raw.masked_fill(~allowed, float("-inf")), dim=-1) / math.sqrt(dh)
+    return w @ v, w
+
+
+def _logits_as_weights(raw: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, dh: int
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The right output, but the masked logits returned in place of the weights."""
+    logits = (raw / math.sqrt(dh)).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(logits, dim=-1) @ v, logits
 
 
 def _mask_after_softmax(raw: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor, dh: int
@@ -146,6 +170,13 @@ _ATTENTION_HINTS = {
     "mask_after_softmax": "you masked AFTER the softmax: the hidden keys' weight is then simply dropped, and each "
                           "row no longer sums to 1. Mask the logits with -inf BEFORE the softmax, which then "
                           "spreads the whole weight over the allowed keys",
+    "transposed_logits": "the logits are K Q^T, the transpose of the attention map: row t must hold query t's scores "
+                         "against every key, q @ k.transpose(-2, -1)",
+    "times_sqrt_d": "you multiplied the logits by sqrt(d_head); divide them by it",
+    "scale_after_softmax": "the scaling comes after the softmax: divide the LOGITS by sqrt(d_head), then take the "
+                           "softmax (the weights of a row must sum to 1)",
+    "logits_as_weights": "the output is right, but the second value is the logits: return the weights, the softmax "
+                         "of the masked logits (each row sums to 1)",
 }
 
 
@@ -168,6 +199,10 @@ def _diagnose_attention(case: Case, yours: Any, expected: tuple[torch.Tensor, to
             return _ATTENTION_HINTS[key]
     if w_np.shape == tuple(exp_w.shape) and np.allclose(w_np, exp_w.numpy(), atol=1e-5):
         return "the weights are right but the output is not: the output is weights @ v"
+    if w_np.shape == tuple(exp_w.shape) and np.isnan(w_np).any() and not np.isnan(exp_w.numpy()).any():
+        return ("some weights are NaN: when hidden keys have the largest logits, a softmax over every key gives the "
+                "visible keys weights that round to 0, and renormalising them divides 0 by 0. Mask the logits with "
+                "-inf BEFORE the softmax, so that the hidden keys never take part in it")
     allowed = case.args[3]
     hidden = np.broadcast_to(~to_numpy(allowed), w_np.shape) if w_np.shape == tuple(exp_w.shape) else None
     if hidden is not None and hidden.any() and (w_np[hidden] > 1e-3).any():
@@ -358,7 +393,7 @@ def check_allowed_mask(allowed_mask: Callable[..., Any]) -> None:
     """Check ``allowed_mask(item_ids) -> (B, 1, L, L)`` against ``SequenceContext.allowed()``."""
     check_function(allowed_mask, reference_allowed_mask, allowed_cases(), library=MASK_LIBRARY,
                    diagnose=_diagnose_allowed,
-                   hint="allowed[n, 0, t, j] = (j <= t and item_ids[n, j] != 0) or j == t, for sequence n")
+                   hint="allowed[β, 0, t, j] = (j <= t and item_ids[β, j] != 0) or j == t, for row β of the batch")
 
 
 # ----------------------------------------------------------------------------- attention inside heads
@@ -469,8 +504,8 @@ _HEADS_HINTS = {
     "view_mixes": "reshaping straight to the target shape re-reads the memory in another order and mixes "
                   "positions with channels: split the last axis first, (B, L, H, d_h), then swap the L and H axes "
                   "with transpose(1, 2) (for merging: transpose back first, then reshape)",
-    "interleaved": "head h owns a contiguous block of channels, h*d_h ... (h+1)*d_h - 1, not every H-th channel: "
-                   "split the last axis as (H, d_h), in that order",
+    "interleaved": "head h (counted from 0) owns a contiguous block of channels, h*d_h ... (h+1)*d_h - 1, not every "
+                   "H-th channel: split the last axis as (H, d_h), in that order",
     "no_transpose": "the axes are (B, L, H, d_h): swap L and H with transpose(1, 2) to get (B, H, L, d_h)",
 }
 
@@ -493,6 +528,14 @@ def _diagnose_heads(variants: Callable[..., dict[str, torch.Tensor]]) -> Callabl
 def check_heads(split_heads: Callable[..., Any], merge_heads: Callable[..., Any]) -> None:
     """Check ``split_heads(x, n_heads)`` and ``merge_heads(x)`` against the library's, then that merging undoes
     splitting."""
+    for fn, case, shape in ((split_heads, split_cases()[0], "(B, H, L, d_h)"),
+                            (merge_heads, merge_cases()[0], "(B, L, H*d_h)")):
+        name = getattr(fn, "__name__", "your function")
+        result = call_learner(fn, case, name, HEADS_LIBRARY)
+        expect(result is None or isinstance(result, torch.Tensor),
+               f"`{name}` returned a {type(result).__name__}: return a torch tensor of shape {shape} (the "
+               "attention code goes on with tensor operations on it: @, transpose, a Linear layer). Build it "
+               "with reshape and transpose, without .tolist(), .numpy() or a list")
     n = check_function(split_heads, reference_split_heads, split_cases(), library=HEADS_LIBRARY,
                        diagnose=_diagnose_heads(_split_variants), quiet=True,
                        hint="x.reshape(B, L, H, d // H).transpose(1, 2)")
@@ -703,9 +746,18 @@ def check_block(block_forward: Callable[..., Any]) -> None:
     for training in (False, True):
         mode = "training mode (dropout on, seeded)" if training else "evaluation mode (dropout off)"
         given = x.clone()
+        switched = []
+
+        def watched(b: Block, h: torch.Tensor, c: SequenceContext, training: bool = training) -> Any:
+            out = block_forward(b, h, c)
+            if b.training != training:
+                switched.append(b.training)
+            return out
+
+        watched.__name__ = name
         try:
             with torch.no_grad():
-                yours = _run_block(block_forward, block, given, ctx, training)
+                yours = _run_block(watched, block, given, ctx, training)
         except NotImplementedError as exc:
             if is_stub_error(exc):
                 call_learner(block_forward, Case((block, x, ctx)), name, BLOCK_LIBRARY)   # raises ExerciseNotDone
@@ -713,6 +765,11 @@ def check_block(block_forward: Callable[..., Any]) -> None:
         except Exception as exc:  # noqa: BLE001 - the learner's error, reported with the case
             fail(f"`{name}` raised {type(exc).__name__}: {exc}\nin {mode} on a (2, 6, 16) batch; the traceback "
                  "above shows the line. block.attention(h, ctx) returns a pair (output, weights)")
+        to_train = bool(switched and switched[0])
+        expect(not switched, f"`{name}` switched the block to {'training' if to_train else 'evaluation'} "
+                             f"mode (block.{'train' if to_train else 'eval'}() inside the function). "
+                             "The caller chooses the mode, and block.dropout follows it: leave block.train() / "
+                             "block.eval() out of block_forward")
         expect(torch.equal(given, x), f"`{name}` changed its input x in place (x += ... or x.add_(...)): write "
                                       "x = x + ..., which makes a new tensor. In training the in-place add would "
                                       "overwrite the input that the LayerNorm keeps for backward(), and the caller's "
