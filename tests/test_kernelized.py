@@ -484,7 +484,8 @@ def test_exact_sample_gradients_match_finite_differences():
     alpha = torch.rand(2, 4, generator=g, dtype=torch.float64) * 2
 
     def sample(xi, omega, alpha, psi):
-        return exact_skew_normal_sample(xi, omega, alpha, psi, torch.linalg.cholesky(psi), torch.Generator().manual_seed(1))
+        return exact_skew_normal_sample(xi, omega, alpha, psi, torch.linalg.cholesky(psi),
+                                        torch.Generator().manual_seed(1))
 
     inputs = tuple(t.clone().requires_grad_() for t in (xi, omega, alpha, psi))
     assert torch.autograd.gradcheck(lambda a, b, c, p: sample(a, b, c, (p + p.t()) / 2), inputs)

@@ -407,12 +407,14 @@ def test_runs_with_random_windows_are_their_own_configuration(tmp_path):
     assert "0.2400" in report.main_table(runs, variants=True)
 
 
-def test_rksa_with_the_last_row_only_is_its_own_pair_against_the_same_sasrec(tmp_path):
+def test_rksa_variants_are_their_own_pairs_against_the_same_sasrec(tmp_path):
     path = tmp_path / "runs.csv"
     like = {"dataset": "video", "loss": "bce", "max_len": 50, "training": "epochs=200 lr_decay=3"}
     for model, options, hr in (("sasrec", "n_heads=1 dropout=0.5", 0.70), ("rksa", "n_heads=1 dropout=0.5", 0.69),
                                ("rksa", "n_heads=1 dropout=0.5 stochastic_rows=last", 0.72),
-                               ("rksa", "dropout=0.5 leave_user_out=True n_heads=1", 0.73)):
+                               ("rksa", "dropout=0.5 leave_user_out=True n_heads=1", 0.73),
+                               ("rksa", "construction=exact dropout=0.5 n_heads=1", 0.74),
+                               ("rksa", "dropout=0.5 n_heads=1 shape_counts=normalized", 0.75)):
         for protocol in ("full", "sampled100"):
             append_run({**ROW, **like, "model": model, "options": options, "seed": 42, "protocol": protocol,
                         "hr@10": hr, "run_id": f"{model}{len(options)}"}, path)
@@ -421,10 +423,13 @@ def test_rksa_with_the_last_row_only_is_its_own_pair_against_the_same_sasrec(tmp
     assert report.run_label(last) == "rksa (bce, stochastic_rows=last, lr_decay=3)"
     rows = report.rksa_table(runs).splitlines()[2:]
     assert [r.split(" | ")[1] for r in rows] == (["bce, lr decay 3"] * 2 + ["bce, lr decay 3, last row only"] * 2
-                                                 + ["bce, lr decay 3, user's own counts left out"] * 2)
+                                                 + ["bce, lr decay 3, user's own counts left out"] * 2
+                                                 + ["bce, lr decay 3, exact skew-normal"] * 2
+                                                 + ["bce, lr decay 3, normalized shape counts"] * 2)
     assert "| 0.7000 / 0.1500 | 0.6900 / 0.1500 | -1.4% /" in rows[0]
     assert "| 0.7000 / 0.1500 | 0.7200 / 0.1500 | +2.9% /" in rows[2]
     assert "| 0.7000 / 0.1500 | 0.7300 / 0.1500 | +4.3% /" in rows[4]
+    assert "| 0.7000 / 0.1500 | 0.7500 / 0.1500 | +7.1% /" in rows[8]
 
 
 def test_the_scorecard_prefers_a_run_trained_with_the_paper_s_learning_rate_decay(tmp_path):

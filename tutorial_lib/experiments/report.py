@@ -660,7 +660,9 @@ def locker_summary(runs: list[dict], protocol: str = "full-nohist") -> str:
 
 
 #: RKSA configurations compared with SASRec besides the presets: ``(options, how the table names them)``
-RKSA_VARIANTS = (("", ""), ("stochastic_rows=last", "last row only"), ("leave_user_out=True", "user's own counts left out"))
+RKSA_VARIANTS = (("", ""), ("stochastic_rows=last", "last row only"),
+                 ("leave_user_out=True", "user's own counts left out"), ("construction=exact", "exact skew-normal"),
+                 ("shape_counts=normalized", "normalized shape counts"))
 
 
 def rksa_pairs(runs: list[dict]) -> list[tuple[str, str, list[dict], list[dict]]]:
