@@ -439,3 +439,11 @@ def test_a_block_that_switches_to_eval_mode_is_told_so():
 
     with pytest.raises(CheckFailed, match=re.escape("switched the block to evaluation mode (block.eval()")):
         ch02.check_block.__wrapped__(evaluates)
+
+
+def test_a_wrong_split_beside_an_unfinished_merge_is_reported_as_wrong():
+    def split(x, n_heads):
+        return x.reshape(x.shape[0], n_heads, x.shape[1], -1)
+
+    with pytest.raises(CheckFailed, match="mixes positions with channels"):
+        ch02.check_heads.__wrapped__(split, stub)

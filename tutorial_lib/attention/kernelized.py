@@ -400,11 +400,14 @@ class KernelizedAttention(Attention):
         self.last_psi = psi.detach() if ctx.need_weights else None
         sample = self.training and self.stochastic
         chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None] if sample else None   # (B, 1, L, L)
-        if exact and sample:
-            z = exact_skew_normal_sample(xi[:, :, rows], omega, alpha, psi.to(x.dtype)[:, None], chol)
-        elif exact:
-            delta = exact_skew_normal_delta(alpha, psi.to(x.dtype)[:, None])[0]
-            z = skew_normal_mean(xi[:, :, rows], omega, delta)
+        if exact:   # δ mixes a row's α through ψ (a matmul): float32, as ψ itself, under any autocast precision
+            with float32_region(x):
+                if sample:
+                    z = exact_skew_normal_sample(xi[:, :, rows].float(), omega.float(), alpha.float(), psi[:, None],
+                                                 chol.float()).to(xi.dtype)
+                else:
+                    delta = exact_skew_normal_delta(alpha.float(), psi[:, None])[0]
+                    z = skew_normal_mean(xi[:, :, rows].float(), omega.float(), delta).to(xi.dtype)
         elif sample:
             delta = alpha / torch.sqrt(1.0 + alpha ** 2)
             spread = torch.rsqrt(1.0 + alpha ** 2)                                    # sqrt(1 - δ^2), stably

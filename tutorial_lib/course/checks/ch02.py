@@ -202,7 +202,9 @@ def _diagnose_attention(case: Case, yours: Any, expected: tuple[torch.Tensor, to
     if w_np.shape == tuple(exp_w.shape) and np.isnan(w_np).any() and not np.isnan(exp_w.numpy()).any():
         return ("some weights are NaN: when hidden keys have the largest logits, a softmax over every key gives the "
                 "visible keys weights that round to 0, and renormalising them divides 0 by 0. Mask the logits with "
-                "-inf BEFORE the softmax, so that the hidden keys never take part in it")
+                "-inf BEFORE the softmax, so that the hidden keys never take part in it. (If you wrote the softmax by "
+                "hand, subtract each row's maximum before exp: exp of a large logit overflows to inf, and inf/inf is "
+                "NaN too)")
     allowed = case.args[3]
     hidden = np.broadcast_to(~to_numpy(allowed), w_np.shape) if w_np.shape == tuple(exp_w.shape) else None
     if hidden is not None and hidden.any() and (w_np[hidden] > 1e-3).any():
@@ -524,21 +526,25 @@ def _diagnose_heads(variants: Callable[..., dict[str, torch.Tensor]]) -> Callabl
     return diagnose
 
 
+def _expect_tensor_result(fn: Callable[..., Any], case: Case, shape: str) -> None:
+    """Fail unless ``fn`` returns a tensor (or ``None``, which the value check reports) on ``case``."""
+    name = getattr(fn, "__name__", "your function")
+    result = call_learner(fn, case, name, HEADS_LIBRARY)
+    expect(result is None or isinstance(result, torch.Tensor),
+           f"`{name}` returned a {type(result).__name__}: return a torch tensor of shape {shape} (the attention "
+           "code goes on with tensor operations on it: @, transpose, a Linear layer). Build it with reshape and "
+           "transpose, without .tolist(), .numpy() or a list")
+
+
 @exercise_check
 def check_heads(split_heads: Callable[..., Any], merge_heads: Callable[..., Any]) -> None:
     """Check ``split_heads(x, n_heads)`` and ``merge_heads(x)`` against the library's, then that merging undoes
     splitting."""
-    for fn, case, shape in ((split_heads, split_cases()[0], "(B, H, L, d_h)"),
-                            (merge_heads, merge_cases()[0], "(B, L, H*d_h)")):
-        name = getattr(fn, "__name__", "your function")
-        result = call_learner(fn, case, name, HEADS_LIBRARY)
-        expect(result is None or isinstance(result, torch.Tensor),
-               f"`{name}` returned a {type(result).__name__}: return a torch tensor of shape {shape} (the "
-               "attention code goes on with tensor operations on it: @, transpose, a Linear layer). Build it "
-               "with reshape and transpose, without .tolist(), .numpy() or a list")
+    _expect_tensor_result(split_heads, split_cases()[0], "(B, H, L, d_h)")
     n = check_function(split_heads, reference_split_heads, split_cases(), library=HEADS_LIBRARY,
                        diagnose=_diagnose_heads(_split_variants), quiet=True,
                        hint="x.reshape(B, L, H, d // H).transpose(1, 2)")
+    _expect_tensor_result(merge_heads, merge_cases()[0], "(B, L, H*d_h)")
     n += check_function(merge_heads, reference_merge_heads, merge_cases(), library=HEADS_LIBRARY,
                         diagnose=_diagnose_heads(_merge_variants), quiet=True,
                         hint="x.transpose(1, 2).reshape(B, L, H * d_h)")
