@@ -399,21 +399,18 @@ class KernelizedAttention(Attention):
         psi = self.correlation(x, ctx, stats) if self.training or ctx.need_weights or exact else None
         self.last_psi = psi.detach() if ctx.need_weights else None
         sample = self.training and self.stochastic
-        chol = torch.linalg.cholesky(psi.float()).to(x.dtype)[:, None] if sample else None   # (B, 1, L, L)
+        chol = torch.linalg.cholesky(psi.float())[:, None] if sample else None      # (B, 1, L, L), float32
+        xi_rows = xi[:, :, rows]
         if exact:   # δ mixes a row's α through ψ (a matmul): float32, as ψ itself, under any autocast precision
             with float32_region(x):
-                if sample:
-                    z = exact_skew_normal_sample(xi[:, :, rows].float(), omega.float(), alpha.float(), psi[:, None],
-                                                 chol.float()).to(xi.dtype)
-                else:
-                    delta = exact_skew_normal_delta(alpha.float(), psi[:, None])[0]
-                    z = skew_normal_mean(xi[:, :, rows].float(), omega.float(), delta).to(xi.dtype)
-        elif sample:
-            delta = alpha / torch.sqrt(1.0 + alpha ** 2)
-            spread = torch.rsqrt(1.0 + alpha ** 2)                                    # sqrt(1 - δ^2), stably
-            z = skew_normal_sample(xi[:, :, rows], omega, delta, chol, spread=spread)
+                xi_f, omega_f, alpha_f = xi_rows.float(), omega.float(), alpha.float()
+                z = (exact_skew_normal_sample(xi_f, omega_f, alpha_f, psi[:, None], chol) if sample else
+                     skew_normal_mean(xi_f, omega_f, exact_skew_normal_delta(alpha_f, psi[:, None])[0]))
+            z = z.to(xi.dtype)
         else:
-            z = skew_normal_mean(xi[:, :, rows], omega, alpha / torch.sqrt(1.0 + alpha ** 2))
+            delta = alpha / torch.sqrt(1.0 + alpha ** 2)
+            z = (skew_normal_sample(xi_rows, omega, delta, chol.to(x.dtype), spread=torch.rsqrt(1.0 + alpha ** 2))
+                 if sample else skew_normal_mean(xi_rows, omega, delta))            # spread: sqrt(1 - δ^2), stably
         if self.stochastic_rows == "last":                                            # the other rows: Ξ alone
             z = torch.cat([xi[:, :, :-1], z], dim=2)
         allowed = ctx.allowed()
