@@ -123,7 +123,7 @@ def test_correlation_values_match_the_written_out_kernels(kernels):
         xn = x / x.norm(dim=-1, keepdim=True)
         gx = att.user_gate(ctx.user)[:, None, :] * xn if "u" in kernels else None
         gx = gx / gx.norm(dim=-1, keepdim=True) if gx is not None else None
-        parts = {"c": stats["counting"], "i": xn @ xn.transpose(1, 2),
+        parts = {"c": provider.counting(stats), "i": xn @ xn.transpose(1, 2),
                  "u": gx @ gx.transpose(1, 2) if gx is not None else None}
         if len(kernels) == 1:
             mixed = parts[kernels]
@@ -379,7 +379,7 @@ def test_leave_user_out_counts_only_the_other_users():
     torch.testing.assert_close(stats["cooc"], want)
     assert stats["cooc"][1, 3].tolist() == [0.0, 1.0, 1.0, 1.0]           # the validation item keeps every count
     counts = torch.tensor([[others(int(u), a, a) for a in row] for u, row in zip(users, ids.tolist())])
-    torch.testing.assert_close(stats["counting"], counting_kernel(want, counts))
+    torch.testing.assert_close(provider.counting(stats), counting_kernel(want, counts))
     plain = CooccurrenceProvider()
     plain.prepare(split)
     assert plain.batch(SequenceContext.from_item_ids(ids[:1]))["cooc"][0, 1, 3] == 2.0   # user 0 counted itself
@@ -539,7 +539,7 @@ def test_normalized_shape_counts_use_the_counting_kernel():
     raw.prepare(split), normalized.prepare(split)
     a, b = raw.batch(ctx), normalized.batch(SequenceContext.from_item_ids(ids))
     torch.testing.assert_close(b["cooc"], a["cooc"])
-    torch.testing.assert_close(b["shape"], causal_shape_ratio(a["counting"], ids > 0))
+    torch.testing.assert_close(b["shape"], causal_shape_ratio(raw.counting(a), ids > 0))
     assert (b["shape"] - a["shape"]).abs().max() > 1e-3
     with pytest.raises(ConfigError, match="shape_counts"):
         CooccurrenceProvider(shape_counts="cosine")
