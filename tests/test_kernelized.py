@@ -329,10 +329,10 @@ def test_cooccurrence_counts_training_items_only_and_backends_agree():
     seqs = [np.array([1, 2, 3, 9, 8]), np.array([2, 3, 4, 7, 6]), np.array([1, 3, 5, 5])]
     split = leave_one_out(SequenceDataset("t", seqs, 9))
     dense, sparse = CooccurrenceTable(split.train, 9, dense=True), CooccurrenceTable(split.train, 9, dense=False)
-    a = torch.tensor([1, 2, 3, 3, 9, 0, 1])
-    b = torch.tensor([3, 3, 3, 1, 8, 1, 4])
+    a = torch.tensor([1, 2, 3, 3, 9, 0, 1, 3, 0, 9])
+    b = torch.tensor([3, 3, 3, 1, 8, 1, 4, 0, 0, 0])                      # padding (0) on either side, or both
     torch.testing.assert_close(dense.pair_counts(a, b), sparse.pair_counts(a, b))
-    assert dense.pair_counts(a, b).tolist() == [2.0, 2.0, 3.0, 2.0, 0.0, 0.0, 0.0]
+    assert dense.pair_counts(a, b).tolist() == [2.0, 2.0, 3.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     assert dense.item_counts(torch.tensor([9, 8, 6, 3])).tolist() == [0.0, 0.0, 0.0, 3.0]  # valid/test never counted
     ids = torch.tensor([[0, 1, 2, 3]])
     assert dense.block(ids)[0].tolist() == [[0, 0, 0, 0], [0, 2, 1, 2], [0, 1, 2, 2], [0, 2, 2, 3]]

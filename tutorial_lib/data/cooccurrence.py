@@ -114,16 +114,17 @@ class CooccurrenceTable:
         return copies[key]
 
     def pair_counts(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """``P_ab`` for item id tensors ``a`` and ``b`` of the same shape (0 where either is padding)."""
+        """``P_ab`` for item id tensors ``a`` and ``b`` of the same shape (0 where either is padding).
+
+        Padding needs no mask: item 0 is never counted, so the dense matrix's row and column 0 are 0 and no
+        sparse key ``i * (n+1) + j`` (``i, j >= 1``) equals a key with a 0 in it (a mask cost a third of the
+        lookup's time)."""
         if self.dense:
-            m = self._on("matrix", a.device)
-            out = m[a, b]
-        else:
-            keys = self._on("keys", a.device)
-            q = a * (self.n_items + 1) + b
-            pos = torch.searchsorted(keys, q.reshape(-1)).clamp_(max=len(keys) - 1).view_as(q)
-            out = torch.where(keys[pos] == q, self._on("values", a.device)[pos], torch.zeros((), device=a.device))
-        return out * (a > 0) * (b > 0)
+            return self._on("matrix", a.device)[a, b]
+        keys = self._on("keys", a.device)
+        q = a * (self.n_items + 1) + b
+        pos = torch.searchsorted(keys, q.reshape(-1)).clamp_(max=len(keys) - 1).view_as(q)
+        return torch.where(keys[pos] == q, self._on("values", a.device)[pos], torch.zeros((), device=a.device))
 
     def block(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` ids -> ``(B, L, L)`` float counts ``C[b, j, l] = P(i_j, i_l)`` (0 at padding)."""
