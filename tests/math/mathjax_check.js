@@ -1,6 +1,6 @@
 // Typesets TeX with MathJax 3 (the engine JupyterLab renders notebook math with) and reports each formula
 // it cannot typeset. Input on stdin: JSON [{"where": ..., "tex": ..., "display": bool}]. Output on stdout:
-// JSON [{"where", "tex", "error"}], the failures only. Run by tests/test_notebook_math.py; needs the npm
+// JSON [{"where", "tex", "error"}], the failures only. Run by tests/test_notebook_text.py; needs the npm
 // package mathjax-full (3.2.x) on NODE_PATH or in a node_modules folder above this file.
 const {mathjax} = require('mathjax-full/js/mathjax.js');
 const {TeX} = require('mathjax-full/js/input/tex.js');
