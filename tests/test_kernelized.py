@@ -292,6 +292,26 @@ def test_training_sample_is_causal_given_the_noise(options):
             assert proj.weight.grad is not None and proj.weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("options, at_evaluation", [({}, 0), ({"kernels": "iu"}, 0), ({"construction": "exact"}, 1),
+                                                    ({"shape_counts": "normalized"}, 1)])
+def test_the_counting_kernel_is_built_once_per_batch_and_only_when_read(monkeypatch, options, at_evaluation):
+    import tutorial_lib.attention.kernelized as kernelized
+
+    calls = []
+    real = kernelized.counting_kernel
+    monkeypatch.setattr(kernelized, "counting_kernel", lambda *a: calls.append(1) or real(*a))
+    model = build_model("rksa", 8, L, n_users=3, d_model=D, **options)   # two blocks share the batch's lookups
+    model.prepare(LeaveOneOutSplit([np.array([1, 2, 3, 4, 2]), np.array([2, 3, 5]), np.array([6, 1, 2])],
+                                   np.zeros(3, np.int64), np.zeros(3, np.int64), 8))
+    ids, users = torch.tensor([[0, 1, 2, 3, 4, 2, 1], [5, 6, 7, 8, 1, 2, 3]]), torch.tensor([0, 2])
+    with torch.no_grad():
+        model.eval()(ids, users=users)
+    assert len(calls) == at_evaluation
+    calls.clear()
+    model.train()(ids, users=users)
+    assert len(calls) == (0 if options.get("kernels") == "iu" else 1)
+
+
 def test_last_row_only_is_rksa_on_the_last_row_and_dot_product_elsewhere():
     """``stochastic_rows="last"`` (docs/methods.md A1, option a): the last query row equals the default layer's
     last row, every other row is plain dot-product attention, and only the last row is noisy in training."""

@@ -28,29 +28,37 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKER = ROOT / "tests" / "math" / "mathjax_check.js"
 NOTEBOOKS = sorted((ROOT / "solutions").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb"))
 PAGES = [ROOT / "README.md", ROOT / "notebooks" / "README.md", ROOT / "results" / "README.md",
-         *sorted((ROOT / "docs").glob("*.md"))]
+         ROOT / "data" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 INSTALL = "npm install --prefix .cache/mathjax mathjax-full@3.2.2"
 
-_FENCED = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+_FENCED = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1", re.S | re.M)
+_CODE_SPAN = re.compile(r"(`+)([^\n]*?[^`\n])\1(?!`)")    # one line, as JupyterLab's math extraction reads them
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _MATH = re.compile(
-    r"\$\$(?P<display>.+?)\$\$|\\\[(?P<bracket>.+?)\\\]"                 # $$ ... $$ and \[ ... \]
-    r"|\\\((?P<paren>.+?)\\\)"                                          # \( ... \)
+    r"\$\$(?P<display>.+?)\$\$"                                          # $$ ... $$
+    r"|\\\\\[(?P<bracket>.+?)\\\\\]|\\\\\((?P<paren>.+?)\\\\\)"          # \\[ ... \\] and \\( ... \\) in the source
     r"|(?P<env>\\begin\{(?P<name>[A-Za-z]+\*?)\}.+?\\end\{(?P=name)\})"  # \begin{align} ... \end{align}
     r"|(?<![\\$])\$(?!\$)(?P<inline>(?:\\\$|[^$])+?)(?<!\\)\$",          # $ ... $ (not \$)
     re.S)
 
 
-def formulas(markdown: str, where: str) -> list[dict]:
-    """The TeX of ``markdown`` as JupyterLab hands it to MathJax: ``$...$`` and ``\\(...\\)`` inline, ``$$...$$``,
-    ``\\[...\\]`` and ``\\begin{env}...\\end{env}`` displayed; code (fenced blocks, backtick spans) and ``\\$`` are
-    not math."""
+def _without_code(markdown: str, span: str = "code") -> str:
+    """``markdown`` with fenced code blocks blanked (their lines kept) and each code span replaced by ``span``."""
     text = _FENCED.sub(lambda m: "\n" * m.group(0).count("\n"), markdown)
-    text = _CODE_SPAN.sub("code", text)
+    return _CODE_SPAN.sub(lambda m: span if isinstance(span, str) else span(m), text)
+
+
+def formulas(markdown: str, where: str) -> list[dict]:
+    """The TeX of ``markdown`` as JupyterLab 4 hands it to MathJax: ``$...$`` and ``\\\\(...\\\\)`` inline,
+    ``$$...$$``, ``\\\\[...\\\\]`` and ``\\begin{env}...\\end{env}`` displayed (in the Markdown source the
+    brackets take two backslashes: Markdown itself turns ``\\(`` into ``(``). Code (fenced blocks, one-line backtick
+    spans) and ``\\$`` are not math, and no formula runs on past a blank line: JupyterLab leaves such a ``$`` as
+    text."""
     found = []
-    for m in _MATH.finditer(text):
-        kind = m.lastgroup                                              # the alternative that matched
-        found.append({"where": where, "tex": m.group(kind), "display": kind in ("display", "bracket", "env")})
+    for paragraph in _PARAGRAPH_BREAK.split(_without_code(markdown)):
+        for m in _MATH.finditer(paragraph):
+            kind = m.lastgroup                                          # the alternative that matched
+            found.append({"where": where, "tex": m.group(kind), "display": kind in ("display", "bracket", "env")})
     return found
 
 
@@ -63,31 +71,41 @@ def markdown_cells(path: Path) -> list[tuple[str, str]]:
             for i, cell in enumerate(cells) if cell["cell_type"] == "markdown"]
 
 
-_DELIMITER_ROW = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_DELIMITER_ROW = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_BLOCK_START = re.compile(r"^ {0,3}(#{1,6}(\s|$)|>|```|~~~|[-+*]\s|\d{1,9}[.)]\s|<)")
 
 
 def row_cells(line: str) -> int:
-    """The number of cells of a table row: split at every ``|`` not escaped as ``\\|`` (inside code spans too, as
-    GitHub-flavoured Markdown does), the outer pipes optional."""
-    row = line.strip()
+    """The number of cells of a table row: split at every ``|`` that no backslash escapes (inside code spans
+    too, as GitHub-flavoured Markdown does; ``\\\\|`` is an escaped backslash and then a split), the outer pipes
+    optional."""
+    cells, escaped, row = 1, False, line.strip()
     row = row[1:] if row.startswith("|") else row
-    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
-    return len(re.split(r"(?<!\\)\|", row))
+    for i, char in enumerate(row):
+        if char == "|" and not escaped and i < len(row) - 1:
+            cells += 1
+        escaped = char == "\\" and not escaped
+    return cells
 
 
 def ragged_table_rows(markdown: str) -> list[str]:
-    """The rows of the Markdown tables in ``markdown`` whose number of cells differs from their header's.
-    Math is taken out first (JupyterLab hands ``$...$`` to MathJax before the Markdown parser sees it)."""
-    text = _MATH.sub("math", _FENCED.sub(lambda m: "\n" * m.group(0).count("\n"), markdown))
+    """The rows of the Markdown tables in ``markdown`` whose number of cells differs from their header's, and the
+    delimiter rows that keep a table from being one (their cells differ from the header's, so the whole table shows
+    as text). A table runs on to a blank line or the start of another block, so a line without a pipe is a row
+    too (of one cell). Math is taken out first, as JupyterLab does before the Markdown parser sees it, but not from
+    code spans, where a ``$`` stays a dollar."""
+    text = _MATH.sub("math", _without_code(markdown, lambda m: m.group(0).replace("$", "S")))
     lines, ragged = text.split("\n"), []
     for k in range(1, len(lines)):
-        if "|" not in lines[k - 1] or not _DELIMITER_ROW.match(lines[k]) or "-" not in lines[k]:
+        header, delimiter = lines[k - 1], lines[k]
+        if "|" not in header or "|" not in delimiter or not _DELIMITER_ROW.match(delimiter):
+            continue                                   # no table (a lone --- under a line is a heading or a rule)
+        width = row_cells(header)
+        if row_cells(delimiter) != width:
+            ragged.append(delimiter)
             continue
-        width = row_cells(lines[k - 1])
-        if row_cells(lines[k]) != width:
-            ragged.append(lines[k])
         for row in lines[k + 1:]:
-            if "|" not in row or not row.strip():
+            if not row.strip() or _BLOCK_START.match(row):
                 break
             if row_cells(row) != width:
                 ragged.append(row)
@@ -100,7 +118,11 @@ def notebook_formulas(path: Path) -> list[dict]:
 
 
 def _node_modules() -> Path | None:
-    for candidate in (os.environ.get("MATHJAX_NODE_MODULES"), ROOT / ".cache" / "mathjax" / "node_modules"):
+    """The ``node_modules`` folder that holds mathjax-full: ``$MATHJAX_NODE_MODULES``, ``.cache/mathjax/``, the
+    project's own ``node_modules/`` or a folder on ``$NODE_PATH``."""
+    candidates = [os.environ.get("MATHJAX_NODE_MODULES"), ROOT / ".cache" / "mathjax" / "node_modules",
+                  ROOT / "node_modules", *os.environ.get("NODE_PATH", "").split(os.pathsep)]
+    for candidate in candidates:
         if candidate and (Path(candidate) / "mathjax-full" / "package.json").is_file():
             return Path(candidate)
     return None
@@ -115,7 +137,8 @@ def typeset_failures(items: list[dict]) -> list[dict]:
             pytest.fail(f"SEQREC_REQUIRE_MATHJAX=1 but {missing} is missing")
         pytest.skip(f"typesetting needs {missing}")
     done = subprocess.run([node, str(CHECKER)], input=json.dumps(items), capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "NODE_PATH": str(modules)})
+                          timeout=300, env={**os.environ, "NODE_PATH": os.pathsep.join(
+                              p for p in (str(modules), os.environ.get("NODE_PATH", "")) if p)})
     assert done.returncode == 0, f"the MathJax checker failed:\n{done.stderr}"
     return json.loads(done.stdout)
 
@@ -125,11 +148,16 @@ def test_formulas_are_found_as_jupyter_finds_them():
                 "```python\ncost = '$z$'\n```\n"
                 "$$\\sum_{j} w_j = 1$$\n"
                 "\\begin{align} a &= b \\\\ c &= d \\end{align}\n"
-                "$\\mathrm{softmax}(x)$, \\(b_t\\) and \\[c^2\\].")
+                "$\\mathrm{softmax}(x)$, \\\\(b_t\\\\) and \\\\[c^2\\\\]; \\(not math\\) in Markdown.")
     found = [(f["tex"], f["display"]) for f in formulas(markdown, "t")]
     assert found == [("a_i", False), ("\\hat{y}", False), ("\\sum_{j} w_j = 1", True),
                      ("\\begin{align} a &= b \\\\ c &= d \\end{align}", True), ("\\mathrm{softmax}(x)", False),
                      ("b_t", False), ("c^2", True)]
+
+
+def test_a_dollar_left_open_is_not_paired_across_a_paragraph():
+    markdown = "Use $\\alpha and more words.\n\nNext paragraph with $x_1$ here, and `a $ b` then $\\beta$."
+    assert [f["tex"] for f in formulas(markdown, "t")] == ["x_1", "\\beta"]
 
 
 def test_the_checker_reports_what_mathjax_cannot_typeset():
@@ -152,9 +180,13 @@ def test_every_formula_of_the_notebooks_typesets():
 
 def test_ragged_table_rows_are_found():
     table = ("| a | b | c |\n| --- | --- | --- |\n| `x` | $|y_0|$ | z |\n| one | two, \\| escaped | three |\n"
-             "| a row | broken | over two\nlines) | c |\n| `p | q` | r | s |\n\nafter | the | table\n")
-    assert ragged_table_rows(table) == ["lines) | c |", "| `p | q` | r | s |"]
+             "| a row | broken | over two\nlines) | c |\n| `p | q` | r | s |\n| one | more | row that\nwraps\n"
+             "| `$HOME` | `$PATH` | `$` |\n| ends \\\\| with | a split \\\\| |\n\nafter | the | table\n")
+    assert ragged_table_rows(table) == ["lines) | c |", "| `p | q` | r | s |", "wraps",
+                                        "| ends \\\\| with | a split \\\\| |"]
     assert ragged_table_rows("a | b\n--- | ---\n1 | 2\n") == []
+    assert ragged_table_rows("a | b\n--- | --- | ---\n1 | 2\n") == ["--- | --- | ---"]     # then not a table
+    assert ragged_table_rows("Values a | b\n---\n\n| x | y |\n|---|---|\n| 1 | 2 |\n- a list\n") == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -268,8 +268,9 @@ class CooccurrenceProvider(nn.Module):
             own = self.table.owned(ctx.users, ids).to(cooc.dtype)                   # (B, L)
             cooc = cooc - own[:, :, None] * own[:, None, :]                          # other users' counts only
             counts = counts - own
-        out = ctx.extras["rksa"] = {"cooc": cooc, "counts": counts}
+        out = {"cooc": cooc, "counts": counts}
         out["shape"] = causal_shape_ratio(cooc if self.shape_counts == "raw" else self.counting(out), ctx.valid_mask)
+        ctx.extras["rksa"] = out
         return out
 
     @staticmethod
