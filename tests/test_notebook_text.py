@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,10 +43,9 @@ _MATH = re.compile(
     re.S)
 
 
-def _without_code(markdown: str, span: str = "code") -> str:
-    """``markdown`` with fenced code blocks blanked (their lines kept) and each code span replaced by ``span``."""
-    text = _FENCED.sub(lambda m: "\n" * m.group(0).count("\n"), markdown)
-    return _CODE_SPAN.sub(lambda m: span if isinstance(span, str) else span(m), text)
+def _without_code(markdown: str, span: Callable[[re.Match], str] = lambda m: "code") -> str:
+    """``markdown`` with fenced code blocks blanked (their lines kept) and each code span replaced by ``span(m)``."""
+    return _CODE_SPAN.sub(span, _FENCED.sub(lambda m: "\n" * m.group(0).count("\n"), markdown))
 
 
 def formulas(markdown: str, where: str) -> list[dict]:
@@ -94,7 +94,9 @@ def ragged_table_rows(markdown: str) -> list[str]:
     as text). A table runs on to a blank line or the start of another block, so a line without a pipe is a row
     too (of one cell). Math is taken out first, as JupyterLab does before the Markdown parser sees it, but not from
     code spans, where a ``$`` stays a dollar."""
-    text = _MATH.sub("math", _without_code(markdown, lambda m: m.group(0).replace("$", "S")))
+    text = _without_code(markdown, lambda m: m.group(0).replace("$", "S"))
+    text = "".join(part if _PARAGRAPH_BREAK.fullmatch(part) else _MATH.sub("math", part)
+                   for part in re.split(f"({_PARAGRAPH_BREAK.pattern})", text))
     lines, ragged = text.split("\n"), []
     for k in range(1, len(lines)):
         header, delimiter = lines[k - 1], lines[k]
