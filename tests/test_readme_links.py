@@ -1,5 +1,5 @@
-"""README.md, results/README.md, the pages under docs/ that cite results and the course map only point at files
-that exist (links and the scripts they tell users to run), and their links into a Markdown file's sections
+"""README.md, results/README.md, the pages under docs/ that cite results, the course map and the notebooks of
+solutions/ (read as text; notebooks/ is generated from them) only point at files that exist (links and the scripts they tell users to run), and their links into a Markdown file's sections
 name headings that file has."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ["README.md", "results/README.md", "docs/results.md", "docs/instructors.md", "docs/speed.md",
-        "docs/reproducibility.md", "notebooks/README.md"]
+        "docs/reproducibility.md", "notebooks/README.md",
+        *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "solutions").glob("*.ipynb"))]   # read as text
 
 
 def _targets(text: str) -> set[str]:
