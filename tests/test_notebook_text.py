@@ -9,7 +9,7 @@ Formulas: each one goes through MathJax 3, the engine JupyterLab renders noteboo
 red error text in the middle of an explanation.
 
 Needs `node` and the npm package mathjax-full: `npm install --prefix .cache/mathjax mathjax-full@3.2.2` puts it
-where this test looks (or set MATHJAX_NODE_MODULES to a node_modules folder that has it). Without them the
+where this test looks (so do MATHJAX_NODE_MODULES, the project's node_modules/ and NODE_PATH). Without them the
 tests that typeset are skipped, unless SEQREC_REQUIRE_MATHJAX=1 (CI sets it, and installs both), which makes
 them fail instead.
 """
@@ -95,8 +95,7 @@ def ragged_table_rows(markdown: str) -> list[str]:
     too (of one cell). Math is taken out first, as JupyterLab does before the Markdown parser sees it, but not from
     code spans, where a ``$`` stays a dollar."""
     text = _without_code(markdown, lambda m: m.group(0).replace("$", "S"))
-    text = "".join(part if _PARAGRAPH_BREAK.fullmatch(part) else _MATH.sub("math", part)
-                   for part in re.split(f"({_PARAGRAPH_BREAK.pattern})", text))
+    text = "\n\n".join(_MATH.sub("math", paragraph) for paragraph in _PARAGRAPH_BREAK.split(text))
     lines, ragged = text.split("\n"), []
     for k in range(1, len(lines)):
         header, delimiter = lines[k - 1], lines[k]
