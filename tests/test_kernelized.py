@@ -358,6 +358,24 @@ def test_cooccurrence_counts_training_items_only_and_backends_agree():
     assert dense.block(ids)[0].tolist() == [[0, 0, 0, 0], [0, 2, 1, 2], [0, 1, 2, 2], [0, 2, 2, 3]]
 
 
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_cooccurrence_lookups_refuse_ids_outside_the_catalogue(dense):
+    """A negative id would wrap around the dense matrix and an id above n_items would hit another pair's sparse
+    key: both must fail with the range, not return a count."""
+    table = CooccurrenceTable([np.array([1, 2, 3]), np.array([2, 3])], 3, dense=dense)
+    assert table.pair_counts(torch.tensor([2, 0]), torch.tensor([3, 3])).tolist() == [2.0, 0.0]
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match=rf"item id {bad} is outside 0\.\.3"):
+            table.pair_counts(torch.tensor([1, bad]), torch.tensor([2, 2]))
+        with pytest.raises(ValueError, match=rf"item id {bad} is outside"):
+            table.pair_counts(torch.tensor([2, 2]), torch.tensor([bad, 1]))
+        with pytest.raises(ValueError, match=rf"item id {bad} is outside"):
+            table.block(torch.tensor([[0, 1, bad]]))
+        with pytest.raises(ValueError, match=rf"item id {bad} is outside"):
+            table.item_counts(torch.tensor([bad]))
+    assert table.block(torch.zeros(0, 4, dtype=torch.long)).shape == (0, 4, 4)
+
 def test_bad_settings():
     provider = CooccurrenceProvider()
     with pytest.raises(ConfigError, match="kernels"):

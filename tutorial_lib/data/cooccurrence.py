@@ -113,8 +113,28 @@ class CooccurrenceTable:
             copies[key] = table.to(device)
         return copies[key]
 
+    def _check_ids(self, ids: torch.Tensor) -> None:
+        """Refuse ids outside ``0..n_items``: the dense gather would wrap a negative id around to another item's
+        row, and the sparse key ``i * (n+1) + j`` of an id above ``n_items`` is another pair's key, so either
+        would return a wrong count instead of failing."""
+        if ids.numel() == 0:
+            return
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low < 0 or high > self.n_items:
+            bad = low if low < 0 else high
+            raise ValueError(f"item id {bad} is outside 0..{self.n_items} (0 = padding, 1..{self.n_items} the items "
+                             f"of the table's catalogue): pass ids of the dataset the table was built from")
+
     def pair_counts(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``P_ab`` for item id tensors ``a`` and ``b`` of the same shape (0 where either is padding).
+
+        Ids must lie in ``0..n_items`` (``ValueError`` otherwise)."""
+        self._check_ids(a)
+        self._check_ids(b)
+        return self._lookup(a, b)
+
+    def _lookup(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """``pair_counts`` without the id check (the caller has checked the ids).
 
         Padding needs no mask: item 0 is never counted, so the dense matrix's row and column 0 are 0 and no
         sparse key ``i * (n+1) + j`` (``i, j >= 1``) equals a key with a 0 in it (a mask cost a third of the
@@ -128,7 +148,8 @@ class CooccurrenceTable:
 
     def block(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``(B, L)`` ids -> ``(B, L, L)`` float counts ``C[b, j, l] = P(i_j, i_l)`` (0 at padding)."""
-        return self.pair_counts(item_ids[:, :, None].expand(-1, -1, item_ids.shape[1]),
+        self._check_ids(item_ids)                     # on the (B, L) ids, not on the L times larger expanded pair
+        return self._lookup(item_ids[:, :, None].expand(-1, -1, item_ids.shape[1]),
                                 item_ids[:, None, :].expand(-1, item_ids.shape[1], -1))
 
     def owned(self, users: torch.Tensor, item_ids: torch.Tensor) -> torch.Tensor:
@@ -139,5 +160,6 @@ class CooccurrenceTable:
         return self._history.contains(users[:, None], item_ids)
 
     def item_counts(self, item_ids: torch.Tensor) -> torch.Tensor:
-        """``P_i`` for every entry of ``item_ids`` (0 for padding)."""
+        """``P_i`` for every entry of ``item_ids`` (0 for padding; ids in ``0..n_items``)."""
+        self._check_ids(item_ids)
         return self._on("counts", item_ids.device)[item_ids] * (item_ids > 0)
