@@ -310,6 +310,8 @@ def test_batch_size_with_a_real_model(split):
     for k in m1:
         assert m1[k] == pytest.approx(m2[k], abs=1.0 / m1["users"])
     assert model.training                     # the evaluator restores the mode it found
+    small.evaluate(model.eval(), "valid")
+    assert not model.training                 # either mode
 
 
 def test_protocol_validation():

@@ -155,6 +155,18 @@ def test_negative_sampler_avoids_history():
         assert not set(flat[u].tolist()) & set(train[u].tolist())
 
 
+def test_negative_sampler_draws_every_allowed_item_in_the_first_draw_and_in_the_redraws():
+    """User 0 has no history: its negatives come from the first draw, uniform over 1..n (the last item too).
+    User 1 has seen every item but the last: nearly all of its negatives come from the redraws, which must
+    reach the last item as well."""
+    n_items = 5
+    sampler = NegativeSampler([np.array([], dtype=np.int64), np.arange(1, n_items)], n_items)
+    neg = sampler.sample(torch.tensor([0, 1]), (2, 2000), torch.Generator().manual_seed(0))
+    counts = torch.bincount(neg[0], minlength=n_items + 1)
+    assert counts[0] == 0 and bool((counts[1:] > 300).all())        # 400 expected per item
+    assert float(neg[1].eq(n_items).float().mean()) > 0.95          # 1 - 0.8^20: ~99% within the redraws
+
+
 def test_negative_sampler_is_seeded():
     train = [np.array([1, 2, 3]), np.array([4, 5])]
     s = NegativeSampler(train, 20)

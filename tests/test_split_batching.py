@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tutorial_lib.data import SequenceDataset, TrainingWindows, iterate_batches, leave_one_out, left_pad
-from tutorial_lib.data.batching import eval_inputs
+from tutorial_lib.data.batching import batch_order, eval_inputs
 from tutorial_lib.errors import ConfigError
 
 
@@ -105,11 +105,27 @@ def test_bucketing_trims_and_keeps_targets(varied):
     assert spread(bucketed) < spread(_epoch(windows, False))
 
 
-def test_shuffling_is_seeded(varied):
+@pytest.mark.parametrize("bucketing", [False, True])
+def test_shuffling_is_seeded(varied, bucketing):
     windows = TrainingWindows.from_train(leave_one_out(varied).train, 10)
-    order = lambda seed: torch.cat([b.users for b in _epoch(windows, True, seed)]).tolist()
+    order = lambda seed: torch.cat([b.users for b in _epoch(windows, bucketing, seed)]).tolist()
     assert order(1) == order(1)
     assert order(1) != order(2)
+
+
+def test_bucketing_sorts_spans_of_the_shuffled_order_and_shuffles_the_batches(varied):
+    """Each batch comes from one span of ``batch_size x bucket_span`` windows of the epoch's permutation, sorted
+    by length inside the span, and the batches are shuffled again (not served span after span, longest first)."""
+    windows = TrainingWindows.from_train(leave_one_out(varied).train, 10)
+    batches = batch_order(windows, 7, torch.Generator().manual_seed(5), bucketing=True, bucket_span=2)
+    order = torch.randperm(len(windows), generator=torch.Generator().manual_seed(5))   # the same first draw
+    spans = [set(order[s:s + 14].tolist()) for s in range(0, len(order), 14)]
+    span_of = [next(i for i, span in enumerate(spans) if set(b.tolist()) <= span) for b in batches]
+    for i, span in enumerate(spans):
+        mine = [b for b, s in zip(batches, span_of) if s == i]
+        lengths = sorted((windows.lengths[b].tolist() for b in mine), key=sum, reverse=True)
+        assert all(min(x) >= max(y) for x, y in zip(lengths, lengths[1:]))      # sorted inside the span
+    assert span_of != sorted(span_of)
 
 
 def test_bad_settings(varied):

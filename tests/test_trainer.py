@@ -81,6 +81,13 @@ def test_compute_loss_is_valid_position_ce_scaled_by_the_batchs_share_of_targets
         torch.testing.assert_close(trainer.compute_loss(batch), ce * scale, atol=1e-5, rtol=1e-5)
         plain = Trainer(model, tiny_split, config(batch_size=48, weighting="batch"))
         torch.testing.assert_close(plain.compute_loss(batch), ce, atol=1e-5, rtol=1e-5)
+        # a batch with padding columns (no bucketing): its share counts the real targets, not the columns
+        padded = next(iterate_batches(trainer.windows, 48, torch.Generator().manual_seed(0), bucketing=False))
+        assert padded.targets.eq(0).any()
+        ce = written_out_ce(model(padded.inputs), padded.targets, model.output_embedding)
+        torch.testing.assert_close(trainer.compute_loss(padded),
+                                   ce * int(padded.targets.ne(0).sum()) / trainer.targets_per_batch,
+                                   atol=1e-5, rtol=1e-5)
 
 
 def test_compute_loss_adds_the_models_auxiliary_loss(tiny_split):
@@ -680,3 +687,153 @@ def test_every_family_trains_in_strict_deterministic_mode_on_the_cpu(tiny_split,
                         d_model=16, n_layers=1, dropout=0.1)
     result = Trainer(model, tiny_split, config(epochs=1, deterministic=True)).fit()
     assert math.isfinite(result.history[0]["loss"])
+
+
+class ListEvaluator(Evaluator):
+    """Real metrics with the selection metric replaced by ``values[i]`` at the i-th validation; remembers the
+    weights it saw at each one. (Tests of the selection rule, found missing by mutating the trainer.)"""
+
+    def __init__(self, split, values):
+        super().__init__(split, MAX_LEN)
+        self.values, self.seen = list(values), []
+
+    def evaluate(self, model, stage="valid", device=None):
+        m = super().evaluate(model, stage, device)
+        self.seen.append({k: v.clone() for k, v in model.state_dict().items()})
+        m["ndcg@10"] = self.values[len(self.seen) - 1]
+        return m
+
+
+def _same_weights(model, weights):
+    return all(torch.equal(v, weights[k]) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("values, patience, best_epoch, epochs_run", [
+    ([0.1, 0.3, 0.2, 0.4, 0.35, 0.3, 0.2, 0.1], 2, 4, 6),   # a gain resets the count of validations without one
+    ([0.1, 0.3, 0.3, 0.3, 0.5, 0.6], 2, 2, 4),              # a tie is no gain: the earlier epoch stays the best
+    ([0.1, 0.5, 0.2, 0.3, 0.1], 10, 2, 5),                  # the run ends by its epoch cap, not by patience
+])
+def test_the_best_validation_selects_the_weights_and_patience_counts_validations_without_a_gain(
+        tiny_split, values, patience, best_epoch, epochs_run):
+    model = make_model(tiny_split)
+    ev = ListEvaluator(tiny_split, values)
+    result = Trainer(model, tiny_split, config(epochs=5 if patience == 10 else 8, patience=patience), ev).fit()
+    assert (result.best_epoch, result.epochs_run) == (best_epoch, epochs_run)
+    assert result.stop_reason == ("epochs" if patience == 10 else "patience")
+    assert _same_weights(model, ev.seen[best_epoch - 1])            # restored however the run ended
+    assert not _same_weights(model, ev.seen[-1])
+
+
+def test_a_resumed_run_restores_the_best_epoch_from_before_the_crash(tiny_split, tmp_path, monkeypatch):
+    """The checkpoint keeps the best epoch's weights and the training time so far: a run whose best epoch came
+    before a crash ends, after resuming, with that epoch's weights and the time of both sessions."""
+    ckpt = str(tmp_path / "run.pt")
+    values = [0.1, 0.5, 0.2, 0.3, 0.1]
+    first = ListEvaluator(tiny_split, values)
+    real_epoch = Trainer.train_epoch
+
+    def crash_at_4(self, epoch):
+        if epoch == 4:
+            raise RuntimeError("simulated crash")
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", crash_at_4)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=5, patience=10, checkpoint=ckpt), first).fit()
+    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+    seconds_before = load_checkpoint(ckpt)["train_seconds"]
+    assert seconds_before > 0
+
+    model = make_model(tiny_split, seed=99)                        # other weights: the file must replace them
+    result = Trainer(model, tiny_split, config(epochs=5, patience=10, checkpoint=ckpt),
+                     ListEvaluator(tiny_split, values[3:])).fit()
+    assert (result.best_epoch, result.epochs_run) == (2, 5)
+    assert _same_weights(model, first.seen[1])
+    assert result.train_seconds > seconds_before
+
+
+def test_rerunning_a_run_stopped_by_patience_trains_no_further_epoch(tiny_split, tmp_path):
+    ckpt = str(tmp_path / "run.pt")
+    values = [0.5, 0.1, 0.1, 0.9, 0.9]
+    done = Trainer(make_model(tiny_split), tiny_split, config(epochs=5, patience=2, checkpoint=ckpt),
+                   ListEvaluator(tiny_split, values)).fit()
+    assert (done.stop_reason, done.epochs_run) == ("patience", 3)
+    model = make_model(tiny_split, seed=99)
+    again = Trainer(model, tiny_split, config(epochs=5, patience=2, checkpoint=ckpt),
+                    ListEvaluator(tiny_split, values[3:])).fit()
+    assert (again.stop_reason, again.epochs_run, again.best_epoch) == ("patience", 3, 1)
+    assert load_checkpoint(ckpt)["epoch"] == 3
+
+
+def test_the_last_epoch_is_validated_when_the_interval_does_not_divide_the_cap(tiny_split):
+    result = Trainer(make_model(tiny_split), tiny_split, config(epochs=4, eval_every=3)).fit()
+    assert ["valid_ndcg@10" in h for h in result.history] == [False, False, True, True]
+
+
+def test_the_rate_is_not_decayed_at_the_validation_that_stops_the_run(tiny_split):
+    """patience 4, decay every 2 validations without a gain: one halving (at the 2nd), none at the 4th."""
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=10, patience=4, lr_decay=2),
+                      ListEvaluator(tiny_split, [0.5, 0.1, 0.1, 0.1, 0.1]))
+    result = trainer.fit()
+    assert result.epochs_run == 5
+    assert trainer.current_lr == pytest.approx(1e-2 / 2)
+
+
+def test_a_checkpoint_of_another_seed_is_refused(tiny_split, tmp_path):
+    ckpt = str(tmp_path / "run.pt")
+    Trainer(make_model(tiny_split), tiny_split, config(epochs=1, seed=1, checkpoint=ckpt)).fit()
+    with pytest.raises(ConfigError, match=r"seed 1 -> 2"):
+        Trainer(make_model(tiny_split), tiny_split, config(epochs=2, seed=2, checkpoint=ckpt)).fit()
+
+
+def test_random_windows_are_drawn_again_every_epoch(tiny_split):
+    model = make_model(tiny_split)
+    rows: dict[int, list] = {}
+    forward, trainer = model.forward, None
+
+    def recording_forward(ids, **kw):
+        if model.training:
+            rows.setdefault(trainer.epoch_now, []).extend(map(tuple, ids.tolist()))
+        return forward(ids, **kw)
+
+    model.forward = recording_forward
+    trainer = Trainer(model, tiny_split, config(epochs=2, window_sampling="random", bucketing=False))
+    real_epoch = Trainer.train_epoch
+
+    def tagged(epoch):
+        trainer.epoch_now = epoch
+        return real_epoch(trainer, epoch)
+
+    trainer.train_epoch = tagged
+    trainer.fit()
+    assert sorted(rows[1]) != sorted(rows[2])                      # another window of some long history
+
+
+@pytest.mark.parametrize("loss", ["bce", "sampled-ce"])
+def test_the_sampled_losses_draw_their_negatives_from_the_catalogue_and_bce_outside_each_users_history(
+        tiny_split, monkeypatch, loss):
+    """Every item 1..n_items can be a negative (the last one too) and padding never; BCE draws k negatives
+    per target, none in the history of the batch row's own user."""
+    import tutorial_lib.training.trainer as trainer_module
+
+    drawn = []
+    name = "bce_loss" if loss == "bce" else "sampled_softmax_loss"
+    real = getattr(trainer_module, name)
+
+    def recording(hidden, targets, items, neg):
+        drawn.append(neg.clone())
+        return real(hidden, targets, items, neg)
+
+    monkeypatch.setattr(trainer_module, name, recording)
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(loss=loss, n_negatives=7, bucketing=False))
+    seen_users = []
+    for batch in iterate_batches(trainer.windows, 32, torch.Generator().manual_seed(0), bucketing=False):
+        trainer.compute_loss(batch)
+        seen_users.append(batch.users)
+    everything = torch.cat([d.reshape(-1) for d in drawn])
+    assert int(everything.min()) == 1 and int(everything.max()) == tiny_split.n_items
+    if loss == "bce":
+        for neg, users in zip(drawn, seen_users):
+            assert neg.shape[-1] == 7
+            for row, u in zip(neg, users.tolist()):
+                assert not set(row.reshape(-1).tolist()) & set(tiny_split.train[u].tolist())
