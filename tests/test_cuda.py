@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from test_models import FAMILIES, MODELS, batch, make
+from test_trainer import fit_until_a_crash
 from tutorial_lib.data import leave_one_out, make_synthetic
 from tutorial_lib.evaluation import Evaluator
 from tutorial_lib.models import build_model
@@ -110,18 +111,9 @@ def test_every_family_trains_on_the_gpu(tiny_split, name, precision, request):
 
 
 def train_with_crash(split, ckpt, monkeypatch, crash_at):
-    """Train 4 epochs with a checkpoint, crashing before epoch ``crash_at``; returns the trainer."""
-    real_epoch = Trainer.train_epoch
-
-    def crash(self, epoch):
-        if epoch == crash_at:
-            raise RuntimeError("simulated crash")
-        return real_epoch(self, epoch)
-
-    monkeypatch.setattr(Trainer, "train_epoch", crash)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        Trainer(small_model(split, dropout=0.3), split, config(epochs=4, patience=10, checkpoint=str(ckpt))).fit()
-    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+    """Train 4 epochs with a checkpoint, crashing before epoch ``crash_at``."""
+    fit_until_a_crash(Trainer(small_model(split, dropout=0.3), split,
+                              config(epochs=4, patience=10, checkpoint=str(ckpt))), crash_at, monkeypatch)
 
 
 def max_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:

@@ -31,6 +31,21 @@ def config(**kw):
     return TrainConfig(**{"epochs": 3, "batch_size": 32, "lr": 1e-2, "device": "cpu", **kw})
 
 
+def fit_until_a_crash(trainer, epoch, monkeypatch):
+    """``trainer.fit()`` with a simulated crash as ``epoch`` starts (the epochs before it are checkpointed)."""
+    real_epoch = Trainer.train_epoch
+
+    def crashing(self, e):
+        if e == epoch:
+            raise RuntimeError("simulated crash")
+        return real_epoch(self, e)
+
+    monkeypatch.setattr(Trainer, "train_epoch", crashing)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        trainer.fit()
+    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+
+
 class Popularity(nn.Module):
     def __init__(self, split):
         super().__init__()
@@ -243,17 +258,7 @@ def test_checkpoint_resume_equals_straight_training(tiny_split, tmp_path, monkey
 
     ckpt = tmp_path / "run.pt"
     crashing = Trainer(make_model(tiny_split, dropout=0.3), tiny_split, config(**cfg, checkpoint=str(ckpt)))
-    real_epoch = Trainer.train_epoch
-
-    def crash_at_3(self, epoch):
-        if epoch == 3:
-            raise RuntimeError("simulated crash")
-        return real_epoch(self, epoch)
-
-    monkeypatch.setattr(Trainer, "train_epoch", crash_at_3)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        crashing.fit()
-    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+    fit_until_a_crash(crashing, 3, monkeypatch)
 
     state = torch.load(ckpt, weights_only=True)          # plain data only
     assert state["epoch"] == 2 and len(state["history"]) == 2
@@ -730,17 +735,8 @@ def test_a_resumed_run_restores_the_best_epoch_from_before_the_crash(tiny_split,
     ckpt = str(tmp_path / "run.pt")
     values = [0.1, 0.5, 0.2, 0.3, 0.1]
     first = ListEvaluator(tiny_split, values)
-    real_epoch = Trainer.train_epoch
-
-    def crash_at_4(self, epoch):
-        if epoch == 4:
-            raise RuntimeError("simulated crash")
-        return real_epoch(self, epoch)
-
-    monkeypatch.setattr(Trainer, "train_epoch", crash_at_4)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        Trainer(make_model(tiny_split), tiny_split, config(epochs=5, patience=10, checkpoint=ckpt), first).fit()
-    monkeypatch.setattr(Trainer, "train_epoch", real_epoch)
+    fit_until_a_crash(Trainer(make_model(tiny_split), tiny_split, config(epochs=5, patience=10, checkpoint=ckpt),
+                              first), 4, monkeypatch)
     seconds_before = load_checkpoint(ckpt)["train_seconds"]
     assert seconds_before > 0
 
