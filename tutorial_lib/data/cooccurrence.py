@@ -150,7 +150,7 @@ class CooccurrenceTable:
         """``(B, L)`` ids -> ``(B, L, L)`` float counts ``C[b, j, l] = P(i_j, i_l)`` (0 at padding)."""
         self._check_ids(item_ids)                     # on the (B, L) ids, not on the L times larger expanded pair
         return self._lookup(item_ids[:, :, None].expand(-1, -1, item_ids.shape[1]),
-                                item_ids[:, None, :].expand(-1, item_ids.shape[1], -1))
+                            item_ids[:, None, :].expand(-1, item_ids.shape[1], -1))
 
     def owned(self, users: torch.Tensor, item_ids: torch.Tensor) -> torch.Tensor:
         """``(B,)`` user indices and ``(B, L)`` ids -> ``(B, L)`` bool: the item is in that user's training
