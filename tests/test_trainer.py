@@ -825,3 +825,36 @@ def test_the_sampled_losses_draw_their_negatives_from_the_catalogue_and_bce_outs
             assert neg.shape[-1] == 7
             for row, u in zip(neg, users.tolist()):
                 assert not set(row.reshape(-1).tolist()) & set(tiny_split.train[u].tolist())
+
+
+@pytest.mark.parametrize("clip", [None, 1e-3])
+def test_gradients_are_clipped_to_the_norm_before_each_step(tiny_split, clip):
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=1, grad_clip=clip))
+    norms, step = [], trainer.optimizer.step
+
+    def recording_step(*args, **kw):
+        grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+        norms.append(float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))))
+        return step(*args, **kw)
+
+    trainer.optimizer.step = recording_step
+    trainer.train_epoch(1)
+    assert norms
+    if clip is None:
+        assert min(norms) > 10 * 1e-3                              # so the clipped run below is really clipped
+    else:
+        assert max(norms) <= clip * (1 + 1e-4)
+
+
+def test_an_epochs_loss_is_the_mean_of_its_batches_losses(tiny_split):
+    trainer = Trainer(make_model(tiny_split), tiny_split, config(epochs=1, batch_size=16))
+    losses, step = [], trainer.train_step
+
+    def recording_step(batch):
+        losses.append(step(batch))
+        return losses[-1]
+
+    trainer.train_step = recording_step
+    mean = trainer.train_epoch(1)
+    assert len(losses) == math.ceil(len(trainer.windows) / 16) > 1
+    assert mean == pytest.approx(sum(losses) / len(losses), rel=1e-12)
