@@ -212,6 +212,19 @@ def test_adaptive_user_vector_leaves_out_mask_tokens(monkeypatch):
     assert seen and all(v.tolist() == (inp.ne(0) & inp.ne(31)).tolist() for v in seen)
 
 
+def test_a_cloze_row_without_a_drawn_mask_gets_only_its_most_recent_item_masked():
+    train = [np.arange(1, 9), np.array([3, 4]), np.array([5, 6, 7])] * 20
+    windows = TrainingWindows.from_train(train, max_len=6)
+    g = torch.Generator().manual_seed(0)
+    for batch in iterate_cloze_batches(windows, 8, g, mask_prob=1e-9, mask_id=99):     # nothing is ever drawn
+        assert batch.inputs.eq(99).sum(dim=1).tolist() == [1] * len(batch.inputs)
+        assert batch.inputs[:, -1].eq(99).all()
+    last_unmasked = 0
+    for batch in iterate_cloze_batches(windows, 8, g, mask_prob=0.5, mask_id=99):
+        last_unmasked += int(batch.inputs[:, -1].ne(99).sum())
+    assert last_unmasked > 0                   # a row with a drawn mask keeps its most recent item as it is
+
+
 def test_cloze_prediction_appends_mask():
     model = build_model("bert4rec", 30, L, d_model=D).eval()
     full = torch.randint(1, 31, (1, L))
