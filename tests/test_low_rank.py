@@ -287,3 +287,31 @@ def test_more_interests_than_positions_is_warned_about(name):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_model(name, n_items=20, max_len=8, k_interests=8)
+
+
+@pytest.mark.parametrize("built", [False, True])
+def test_interest_projections_are_glorot_uniform_or_standard_normal_as_the_released_code(built):
+    """Θ (k × d) is Glorot-uniform by default (interest logits of order 1) and N(0, 1) with ``compat``; also in
+    a registered model, whose backbone initialises every matrix first."""
+    torch.manual_seed(0)
+    if built:
+        default, compat = (build_model("lightsans", 40, 50, d_model=64, k_interests=16, compat=c)
+                           .blocks[0].attention for c in (False, True))
+    else:
+        default, compat = LowRankAttention(64, H, 16), LowRankAttention(64, H, 16, compat=True)
+    bound = math.sqrt(6 / (16 + 64))
+    for theta in (default.theta_k, default.theta_v):
+        assert theta.abs().max() <= bound and theta.std() > 0.8 * bound / math.sqrt(3)
+    for theta in (compat.theta_k, compat.theta_v):
+        assert 0.9 < theta.std() < 1.1
+
+
+def test_the_attention_dropout_drops_interest_weights_in_training_only():
+    torch.manual_seed(0)
+    att = LowRankAttention(D, H, K, attn_dropout=0.5)
+    ctx, x = SequenceContext.from_item_ids(_ids(), max_len=L), torch.randn(B, L, D)
+    assert not torch.allclose(att.train()(x, ctx)[0], att(x, ctx)[0])
+    torch.testing.assert_close(att.eval()(x, ctx)[0], att(x, ctx)[0])
+    no_dropout = LowRankAttention(D, H, K, attn_dropout=0.0)
+    no_dropout.load_state_dict(att.state_dict())
+    torch.testing.assert_close(no_dropout.train()(x, ctx)[0], att.eval()(x, ctx)[0])

@@ -392,3 +392,34 @@ def test_dropout_matches_the_inverted_dropout_distribution():
     assert drop(x) is x
     with pytest.raises(ConfigError, match="dropout"):
         Dropout(1.0)
+
+
+def test_the_input_is_scaled_items_plus_right_aligned_positions_and_zero_at_padding():
+    torch.manual_seed(0)
+    model = build_model("sasrec", N_ITEMS, MAX_LEN, d_model=D, dropout=0.0).eval()
+    ids = torch.randint(1, N_ITEMS + 1, (2, 7))
+    ids[1, :3] = 0
+    written_out = (model.item_embedding(ids) * D ** 0.5 + model.position_embedding.weight[MAX_LEN - 7:])
+    torch.testing.assert_close(model.embed(ids), written_out * ids.ne(0)[..., None])
+
+
+def test_each_family_keeps_its_own_initialisation_after_the_backbones():
+    """The backbone initialises every matrix Glorot-uniform, then lets each attention module initialise its own
+    parameters: Locker's Gaussian bump, PARec's small pattern and LightSANs' N(0, 1) interests in the released
+    code's mode are not Glorot."""
+    torch.manual_seed(0)
+    locker = build_model("locker-initial", N_ITEMS, MAX_LEN, d_model=D, n_heads=2).blocks[0].attention
+    delta = torch.arange(-(MAX_LEN - 1), MAX_LEN).float()
+    bump = locker.gauss_a * torch.exp(-delta ** 2 / locker.gauss_b)
+    torch.testing.assert_close(locker.distance_bias.detach(), bump.expand_as(locker.distance_bias))
+    assert build_model("parec", N_ITEMS, MAX_LEN, d_model=D).blocks[0].attention.w_pos.abs().max() <= 0.02
+    theta = build_model("lightsans", N_ITEMS, MAX_LEN, d_model=D, compat=True).blocks[0].attention.theta_k
+    assert theta.abs().max() > 1.0                               # N(0, 1), far outside Glorot's bound
+
+
+def test_the_auxiliary_loss_is_the_sum_over_the_layers():
+    model = make("rksa-c").train()
+    model(torch.randint(1, N_ITEMS + 1, (N_USERS, MAX_LEN), generator=torch.Generator().manual_seed(1)))
+    parts = [block.attention.aux_loss for block in model.blocks]
+    assert len(parts) == 2 and all(p is not None for p in parts)
+    torch.testing.assert_close(model.auxiliary_loss(), parts[0] + parts[1])

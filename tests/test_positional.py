@@ -151,3 +151,49 @@ def test_compat_layout_is_the_released_code():
     assert all(block.ffn is not None for block in paper.blocks) and paper.stack_ffn is None
     ids = _ids(width=12)
     assert model.eval()(ids).shape == (B, 12, 16)
+
+
+def test_the_exponential_pattern_decays_with_the_distance_over_tau():
+    i, j = torch.arange(5)[:, None], torch.arange(5)[None]
+    written_out = (-(i - j) / 2.0).float().masked_fill(j > i, float("-inf"))
+    torch.testing.assert_close(handcrafted_logits("exponential", 5, tau=2.0), written_out)
+
+
+def test_learned_patterns_start_near_uniform_as_the_released_code():
+    """W_pos ~ N(0, 0.01²) truncated at 2 std; F_1, F_2 scaled so that F_1 F_2^T has entries of std about 0.01."""
+    torch.manual_seed(0)
+    full = PositionalAttention(D, H, 50, "full")
+    assert full.w_pos.abs().max() <= 0.02 and 0.007 < full.w_pos.std() < 0.011
+    factorized = PositionalAttention(D, H, 50, "factorized", rank=16)
+    std = math.sqrt(0.01) / 16 ** 0.25                                   # 0.05
+    for f in (factorized.f1, factorized.f2):
+        assert f.abs().max() <= 2 * std and 0.8 * std < f.std() < std
+    assert 0.007 < (factorized.f1 @ factorized.f2.mT).std() < 0.011
+
+
+def test_a_bidirectional_pattern_gives_the_same_output_with_and_without_its_weights():
+    torch.manual_seed(0)
+    att = PositionalAttention(D, H, L, "full").eval()
+    with torch.no_grad():
+        att.w_pos.normal_(0, 2.0)
+    ids, x = _ids(), torch.randn(B, L, D)
+    fast, _ = att(x, SequenceContext.from_item_ids(ids, causal=False, max_len=L))
+    slow, weights = att(x, SequenceContext.from_item_ids(ids, causal=False, max_len=L, need_weights=True))
+    assert (weights.triu(1) > 0).any()                                    # the future is attended to
+    valid = ids.ne(0)
+    torch.testing.assert_close(fast[valid], slow[valid], atol=1e-5, rtol=1e-5)
+
+
+def test_values_come_from_the_memory_stream_when_one_is_given():
+    """The weights depend on positions only, so the output is a function of the values' source alone."""
+    torch.manual_seed(0)
+    att = PositionalAttention(D, H, L, "full").eval()
+    ctx = SequenceContext.from_item_ids(_ids(), max_len=L)
+    x, memory = torch.randn(B, L, D), torch.randn(B, L, D)
+    torch.testing.assert_close(att(x, ctx, memory=memory)[0], att(memory, ctx)[0])
+
+
+def test_a_context_of_another_max_len_is_refused_with_both_sizes():
+    att = PositionalAttention(D, H, L, "full")
+    with pytest.raises(ConfigError, match=rf"size {L} but the model's max_len is {L + 2}"):
+        att(torch.randn(B, L, D), SequenceContext.from_item_ids(_ids(), max_len=L + 2))
